@@ -1,0 +1,212 @@
+"""The dedupe gate: the one way an effect reaches the outside world.
+
+    phase 1 (transaction): fence check; insert the `intent` row with its
+            idempotency key and slot -- or find the row that holds them
+            and stop there (a blocked duplicate, recorded as a row);
+    call    (no transaction): the channel, with the key passed downstream;
+    phase 2 (transaction): record the outcome, only if this caller still
+            holds the attempt (fencing: an orphaned worker cannot commit).
+
+A crash between the phases leaves an `intent` row; recovery turns it into
+`unknown` and reconcile or review resolves it. Nothing is ever retried on a
+guess.
+"""
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ledger.actions import action_spec
+from ledger.channels import Channel, get_channel
+from ledger.faults import crash_point
+from ledger.models import BlockedDuplicate, Decision, Effect, EffectState, EffectTransition
+from ledger.signals import effect_changed
+
+
+class DecisionRequired(Exception):
+    """An irreversible action was asked for without a recorded decision."""
+
+
+@dataclass(frozen=True)
+class GateResult:
+    effect: Effect
+    state: str
+    called: bool = False
+    blocked: str = ""  # "", "duplicate" or "conflict"
+
+
+def canonical_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def payload_hash(payload: dict) -> str:
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def idempotency_key(*, owner_task: str, owner_item: str, owner_step: str, action: str, p_hash: str) -> str:
+    """Same intent, same key; changed content, new key."""
+    raw = "\x1f".join((owner_task, owner_item, owner_step, action, p_hash))
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def slot_for(*, owner_task: str, owner_item: str, owner_step: str, action: str) -> str:
+    return f"{owner_task}/{owner_item}/{owner_step}/{action}"
+
+
+def summarize(payload: dict) -> str:
+    body = payload.get("body", payload)
+    if isinstance(body, dict):
+        parts = [f"{k}={str(v)[:60]}" for k, v in body.items() if k != "body"]
+        if "body" in body:
+            parts.append(f"body={str(body['body'])[:80]!r}")
+        text = f"ticket {payload.get('ticket', '?')}: " + ", ".join(parts)
+    else:
+        text = str(body)
+    return text[:300]
+
+
+def record_transition(effect: Effect, from_state: str, event: str, *, actor: str = "", note: str = "") -> None:
+    """Append the transition and tell the owner, inside the caller's transaction."""
+    EffectTransition.objects.create(
+        effect=effect, from_state=from_state, to_state=effect.state, actor=actor, note=note[:2000]
+    )
+    effect_changed.send(sender=Effect, effect=effect, event=event, actor=actor, note=note, from_state=from_state)
+
+
+def _record_blocked(existing: Effect, kind: str, *, key, p_hash, payload, owner_task, owner_item, owner_step, holder):
+    BlockedDuplicate.objects.create(
+        effect=existing, kind=kind, idempotency_key=key, payload_hash=p_hash,
+        payload_summary=summarize(payload), owner_task=owner_task, owner_item=owner_item,
+        owner_step=owner_step, holder=holder, existing_state=existing.state,
+    )
+    effect_changed.send(
+        sender=Effect, effect=existing, event="EFFECT_BLOCKED", actor=holder,
+        note=f"{kind}: the {existing.state} effect already holds this {'key' if kind == 'duplicate' else 'slot'}",
+        from_state=existing.state,
+    )
+
+
+def _retriable(effect: Effect) -> bool:
+    """A row whose previous attempt provably did not happen may be tried again."""
+    return effect.state == EffectState.FAILED
+
+
+def effect_run(
+    *,
+    action: str,
+    payload: dict,
+    owner_task: str,
+    owner_item: str,
+    owner_step: str,
+    holder: str,
+    fence: Callable[[], None] | None = None,
+    authorized_by: str = "",
+    channel: Channel | None = None,
+) -> GateResult:
+    """Run one effect through the protocol. See the module docstring."""
+    spec = action_spec(action)
+    if spec.needs_decision and not authorized_by:
+        raise DecisionRequired(f"{action} is irreversible and needs a recorded decision")
+    channel = channel or get_channel(spec.channel)
+    p_hash = payload_hash(payload)
+    key = idempotency_key(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
+                          action=action, p_hash=p_hash)
+    slot = slot_for(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
+                    action=action) if spec.slotted else None
+    blocked_args = dict(key=key, p_hash=p_hash, payload=payload, owner_task=owner_task,
+                        owner_item=owner_item, owner_step=owner_step, holder=holder)
+
+    crash_point("before_intent")
+    # --- phase 1: the intent -------------------------------------------------
+    effect, blocked = _phase_intent(spec, key, slot, p_hash, payload, owner_task, owner_item,
+                                    owner_step, holder, fence, authorized_by, blocked_args)
+    if blocked:
+        return GateResult(effect=effect, state=effect.state, blocked=blocked)
+    crash_point("after_intent")
+
+    # --- the call: no transaction is open here ---------------------------------
+    result = channel.perform(spec, payload, key)
+    crash_point("after_call")
+
+    # --- phase 2: the outcome, fenced by the holder ------------------------------
+    with transaction.atomic():
+        updated = Effect.objects.filter(pk=effect.pk, state=EffectState.INTENT, holder=holder).update(
+            state=result.state, external_ref=result.external_ref[:200], last_error=result.error[:4000],
+            updated_at=timezone.now(),
+        )
+        effect.refresh_from_db()
+        if updated:
+            record_transition(effect, EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=holder,
+                              note=result.error or result.external_ref)
+        else:
+            # Our lease was taken over while we were calling: the new owner's
+            # recovery already turned the row into `unknown`. Leave the truth
+            # to reconcile; note what we saw.
+            effect_changed.send(sender=Effect, effect=effect, event="EFFECT_FENCED", actor=holder,
+                                note=f"fenced holder saw {result.state}: {result.error or result.external_ref}",
+                                from_state=effect.state)
+    crash_point("after_commit")
+    return GateResult(effect=effect, state=effect.state, called=True, blocked="" if updated else "fenced")
+
+
+def _phase_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder, fence,
+                  authorized_by, blocked_args):
+    now = timezone.now()
+    with transaction.atomic():
+        if fence is not None:
+            fence()
+        existing = Effect.objects.select_for_update().filter(idempotency_key=key).first()
+        if existing is None and slot is not None:
+            existing = Effect.objects.select_for_update().filter(slot=slot).first()
+            if existing is not None:
+                # Same slot, other payload: a regenerated decision must not
+                # become a second action. Blocked and shown, whatever the state.
+                _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, **blocked_args)
+                return existing, BlockedDuplicate.Kind.CONFLICT
+        if existing is not None:
+            if _retriable(existing):
+                from_state = existing.state
+                existing.state = EffectState.INTENT
+                existing.attempts += 1
+                existing.holder = holder
+                existing.intent_at = now
+                existing.last_error = ""
+                existing.authorized_by = authorized_by or existing.authorized_by
+                existing.save()
+                record_transition(existing, from_state, "EFFECT_RETRY", actor=holder,
+                                  note=f"attempt {existing.attempts} with the same key")
+                return existing, ""
+            _record_blocked(existing, BlockedDuplicate.Kind.DUPLICATE, **blocked_args)
+            return existing, BlockedDuplicate.Kind.DUPLICATE
+        try:
+            with transaction.atomic():
+                effect = Effect.objects.create(
+                    idempotency_key=key, slot=slot, action=spec.name, effect_class=spec.effect_class,
+                    channel=spec.channel, state=EffectState.INTENT, attempts=1, owner_task=owner_task,
+                    owner_item=owner_item, owner_step=owner_step, holder=holder, payload=payload,
+                    payload_hash=p_hash, payload_summary=summarize(payload), authorized_by=authorized_by,
+                    intent_at=now,
+                )
+        except IntegrityError:
+            effect = None
+        if effect is None:
+            # Another process inserted the same key or slot between our read and
+            # our insert (PostgreSQL waits on the unique index, then refuses).
+            existing = (Effect.objects.filter(idempotency_key=key).first()
+                        or Effect.objects.filter(slot=slot).first())
+            kind = (BlockedDuplicate.Kind.DUPLICATE if existing.idempotency_key == key
+                    else BlockedDuplicate.Kind.CONFLICT)
+            _record_blocked(existing, kind, **blocked_args)
+            return existing, kind
+        record_transition(effect, "", "EFFECT_INTENT", actor=holder, note=effect.payload_summary)
+        return effect, ""
+
+
+def effect_is_settled(effect: Effect) -> bool:
+    return effect.state in (EffectState.COMMITTED, EffectState.SKIPPED) or (
+        effect.state == EffectState.FAILED and effect.decision == Decision.SKIP
+    )

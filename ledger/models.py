@@ -1,0 +1,158 @@
+"""The effect ledger: one row per call that changes the outside world.
+
+The ledger knows nothing about tickets. Owners are opaque strings
+(`owner_task`, `owner_item`, `owner_step`) chosen by the calling app.
+The correctness argument lives in two database constraints:
+
+* `idempotency_key` is unique: the same intent can be initiated once;
+* `slot` is unique for `once` and `irreversible` effects: whatever the
+  payload, a given (item, step, effect type) acts at most once, so a
+  regenerated draft cannot become a second email.
+"""
+
+from django.db import models
+from django.db.models import Q
+
+
+class EffectClass(models.TextChoices):
+    RECOMPUTE = "recompute", "recompute"
+    OVERWRITE = "overwrite", "overwrite"
+    ONCE = "once", "once"
+    IRREVERSIBLE = "irreversible", "irreversible"
+
+
+class EffectState(models.TextChoices):
+    INTENT = "intent", "intent"
+    COMMITTED = "committed", "committed"
+    FAILED = "failed", "failed"
+    UNKNOWN = "unknown", "unknown"
+    SKIPPED = "skipped", "skipped"
+
+
+class ResolvedBy(models.TextChoices):
+    NONE = "", "—"
+    RECONCILE = "reconcile", "reconcile"
+    REVIEW = "review", "review"
+
+
+class Decision(models.TextChoices):
+    NONE = "", "—"
+    HAPPENED = "happened", "happened"
+    NOT_HAPPENED = "not_happened", "did not happen — retry"
+    SKIP = "skip", "skip"
+
+
+SLOTTED_CLASSES = (EffectClass.ONCE, EffectClass.IRREVERSIBLE)
+
+
+class EffectQuerySet(models.QuerySet):
+    def unresolved_unknown(self):
+        return self.filter(state=EffectState.UNKNOWN)
+
+    def for_owner_item(self, owner_item: str):
+        return self.filter(owner_item=owner_item)
+
+
+class Effect(models.Model):
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    slot = models.CharField(max_length=300, null=True, blank=True)
+    action = models.CharField(max_length=64)
+    effect_class = models.CharField(max_length=16, choices=EffectClass.choices)
+    channel = models.CharField(max_length=32)
+    state = models.CharField(max_length=16, choices=EffectState.choices, default=EffectState.INTENT)
+    attempts = models.PositiveIntegerField(default=1)
+
+    owner_task = models.CharField(max_length=64, db_index=True)
+    owner_item = models.CharField(max_length=64, db_index=True)
+    owner_step = models.CharField(max_length=64)
+    # The fence token of the worker that holds the current attempt; a commit
+    # from any other holder is refused.
+    holder = models.CharField(max_length=64, blank=True)
+
+    payload = models.JSONField()
+    payload_hash = models.CharField(max_length=64)
+    payload_summary = models.CharField(max_length=300, blank=True)
+    external_ref = models.CharField(max_length=200, blank=True)
+    last_error = models.TextField(blank=True)
+    authorized_by = models.CharField(max_length=150, blank=True)
+
+    resolved_by = models.CharField(max_length=16, choices=ResolvedBy.choices, blank=True, default="")
+    decision = models.CharField(max_length=16, choices=Decision.choices, blank=True, default="")
+    decided_by = models.CharField(max_length=150, blank=True)
+    decision_reason = models.TextField(blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    last_reconcile = models.CharField(max_length=300, blank=True)
+    reconciled_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    # When the current attempt's intent was recorded: reconcile waits until
+    # the call it guards can no longer be in flight.
+    intent_at = models.DateTimeField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = EffectQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["slot"],
+                condition=Q(effect_class__in=SLOTTED_CLASSES),
+                name="ledger_effect_one_per_slot",
+            ),
+            models.CheckConstraint(
+                condition=~Q(effect_class__in=SLOTTED_CLASSES) | Q(slot__isnull=False),
+                name="ledger_effect_slotted_has_slot",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=EffectState.values), name="ledger_effect_state_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["state", "intent_at"], name="ledger_effect_state_idx"),
+            models.Index(fields=["owner_task", "state"], name="ledger_effect_task_state_idx"),
+        ]
+
+    def __str__(self):
+        return f"{self.action} {self.owner_item} [{self.state}]"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in (EffectState.INTENT, EffectState.UNKNOWN)
+
+
+class EffectTransition(models.Model):
+    """Every state change of an effect, in the transaction that made it."""
+
+    effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="transitions")
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16)
+    actor = models.CharField(max_length=150, blank=True)
+    note = models.TextField(blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+
+class BlockedDuplicate(models.Model):
+    """An intent the gate refused because its key or slot was already taken."""
+
+    class Kind(models.TextChoices):
+        DUPLICATE = "duplicate", "duplicate (same key)"
+        CONFLICT = "conflict", "conflict (same slot, other payload)"
+
+    effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="blocked")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    idempotency_key = models.CharField(max_length=64)
+    payload_hash = models.CharField(max_length=64)
+    payload_summary = models.CharField(max_length=300, blank=True)
+    owner_task = models.CharField(max_length=64, db_index=True)
+    owner_item = models.CharField(max_length=64)
+    owner_step = models.CharField(max_length=64)
+    holder = models.CharField(max_length=64, blank=True)
+    existing_state = models.CharField(max_length=16)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+

@@ -1,0 +1,108 @@
+"""State changes of effects outside the gate: recovery, reconcile, review."""
+
+import datetime as dt
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.channels import get_channel
+from ledger.gate import record_transition
+from ledger.models import Decision, Effect, EffectState, ResolvedBy
+
+# Extra time past a channel's own timeouts before an unknown effect is
+# reconciled: a call made by a worker that is still alive (an orphaned
+# work-horse) must have finished or given up before we ask "did it happen?".
+RECONCILE_MARGIN_SECONDS = 2.0
+
+
+class ReviewError(Exception):
+    """A review decision that cannot be applied (wrong state, no reason)."""
+
+
+def effects_mark_unknown(*, owner_item: str, actor: str, note: str) -> list[Effect]:
+    """Recovery: every `intent` of a dead holder becomes `unknown`.
+
+    We cannot tell "killed before the call" from "killed after the call".
+    Must run inside the transaction that takes the owner's lease away, so the
+    old holder's commit (filtered on state=intent) can no longer land.
+    """
+    changed = []
+    for effect in Effect.objects.select_for_update().filter(owner_item=owner_item, state=EffectState.INTENT):
+        effect.state = EffectState.UNKNOWN
+        effect.last_error = note
+        effect.save(update_fields=["state", "last_error", "updated_at"])
+        record_transition(effect, EffectState.INTENT, "EFFECT_UNKNOWN", actor=actor, note=note)
+        changed.append(effect)
+    return changed
+
+
+def reconcile_not_before(effect: Effect) -> dt.datetime:
+    channel = get_channel(effect.channel)
+    wait = getattr(channel, "max_call_seconds", 10.0) + RECONCILE_MARGIN_SECONDS
+    return effect.intent_at + dt.timedelta(seconds=wait)
+
+
+def effect_reconcile(*, effect_id: int, actor: str = "reconcile", force: bool = False) -> Effect:
+    """Ask the channel whether the unknown effect happened.
+
+    found  -> committed (resolved_by reconcile);
+    absent -> failed, decision "did not happen": the item may retry with the same key;
+    anything else stays unknown for review, with the answer recorded.
+    """
+    effect = Effect.objects.get(pk=effect_id)
+    if effect.state != EffectState.UNKNOWN:
+        return effect
+    if not force and timezone.now() < reconcile_not_before(effect):
+        return effect
+    answer = get_channel(effect.channel).lookup(effect.idempotency_key)  # no transaction open
+    with transaction.atomic():
+        effect = Effect.objects.select_for_update().get(pk=effect_id)
+        if effect.state != EffectState.UNKNOWN:
+            return effect
+        now = timezone.now()
+        effect.last_reconcile = answer.detail[:300]
+        effect.reconciled_at = now
+        if answer.found is True:
+            effect.state = EffectState.COMMITTED
+            effect.resolved_by = ResolvedBy.RECONCILE
+            effect.decision = Decision.HAPPENED
+            effect.external_ref = answer.external_ref[:200]
+            effect.save()
+            record_transition(effect, EffectState.UNKNOWN, "EFFECT_RECONCILED", actor=actor, note=answer.detail)
+        elif answer.found is False:
+            effect.state = EffectState.FAILED
+            effect.resolved_by = ResolvedBy.RECONCILE
+            effect.decision = Decision.NOT_HAPPENED
+            effect.save()
+            record_transition(effect, EffectState.UNKNOWN, "EFFECT_RECONCILED", actor=actor, note=answer.detail)
+        else:
+            effect.save(update_fields=["last_reconcile", "reconciled_at", "updated_at"])
+            record_transition(effect, EffectState.UNKNOWN, "EFFECT_RECONCILE_UNANSWERED", actor=actor,
+                              note=answer.detail)
+    return effect
+
+
+def effect_decide(*, effect_id: int, decision: str, reason: str, actor: str) -> Effect:
+    """A person's recorded decision on an unknown effect."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ReviewError("a reason is required for every review decision")
+    if decision not in (Decision.HAPPENED, Decision.NOT_HAPPENED, Decision.SKIP):
+        raise ReviewError(f"unknown decision {decision!r}; choose happened, not_happened or skip")
+    with transaction.atomic():
+        effect = Effect.objects.select_for_update().get(pk=effect_id)
+        if effect.state != EffectState.UNKNOWN:
+            raise ReviewError(f"this effect is {effect.state}, not unknown: it was already resolved")
+        effect.state = {
+            Decision.HAPPENED: EffectState.COMMITTED,
+            Decision.NOT_HAPPENED: EffectState.FAILED,
+            Decision.SKIP: EffectState.SKIPPED,
+        }[decision]
+        effect.resolved_by = ResolvedBy.REVIEW
+        effect.decision = decision
+        effect.decided_by = actor
+        effect.decision_reason = reason[:2000]
+        effect.decided_at = timezone.now()
+        effect.save()
+        record_transition(effect, EffectState.UNKNOWN, "REVIEWED", actor=actor, note=f"{decision}: {reason}")
+    return effect

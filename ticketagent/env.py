@@ -1,0 +1,62 @@
+"""Strict readers for settings taken from the environment.
+
+Anything that is not clearly valid raises ImproperlyConfigured naming the
+variable, so a typo in a deployment stops start-up instead of silently
+falling back to a default.
+"""
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def envstr(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def envbool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use true or false")
+
+
+def envint(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum of {minimum}")
+    return value
+
+
+def envfloat(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum of {minimum}")
+    return value
+
+
+def envlist(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return [part.strip() for part in raw.split(",") if part.strip()]

@@ -1,0 +1,39 @@
+"""Appending to the event log. Call inside the transaction of the change."""
+
+import hashlib
+import json
+
+from ticketagent.models import Blob, Event
+
+
+def event_append(*, task_id: int, type: str, payload: dict | None = None, item_id: int | None = None,
+                 actor: str = "") -> Event:
+    return Event.objects.create(task_id=task_id, item_id=item_id, type=type, payload=payload or {}, actor=actor)
+
+
+def blob_put(content) -> str:
+    """Store a (possibly big) JSON value once; return its reference."""
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    Blob.objects.get_or_create(sha256=sha, defaults={"content": content})
+    return sha
+
+
+def effect_snapshot(effect) -> dict:
+    """What an effect event carries: enough to rebuild the ledger row."""
+    return {
+        "effect_id": effect.pk,
+        "key": effect.idempotency_key,
+        "slot": effect.slot,
+        "action": effect.action,
+        "effect_class": effect.effect_class,
+        "channel": effect.channel,
+        "state": effect.state,
+        "attempts": effect.attempts,
+        "step": effect.owner_step,
+        "payload_hash": effect.payload_hash,
+        "external_ref": effect.external_ref,
+        "resolved_by": effect.resolved_by,
+        "decision": effect.decision,
+        "decided_by": effect.decided_by,
+    }

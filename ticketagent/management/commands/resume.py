@@ -1,0 +1,33 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from ticketagent.models import Task
+from ticketagent.services import ServiceError, task_dry_run, task_resume
+
+
+class Command(BaseCommand):
+    help = "Show what resuming a task would do (--dry-run), or resume it."
+
+    def add_arguments(self, parser):
+        parser.add_argument("task", type=int, help="task id")
+        parser.add_argument("--dry-run", action="store_true", help="only show what resuming would do")
+        parser.add_argument("--actor", default="cli", help="who resumes (recorded in the event log)")
+
+    def handle(self, *args, task, dry_run=False, actor="cli", **options):
+        if not Task.objects.filter(pk=task).exists():
+            raise CommandError(f"task {task} does not exist")
+        plan = task_dry_run(task_id=task)
+        for entry in plan.items:
+            if entry.action == "done":
+                continue
+            steps = ", ".join(entry.steps) or "-"
+            self.stdout.write(f"{entry.ticket_id:<20} {entry.status:<17} {entry.action:<19} {steps}  {entry.note}")
+        self.stdout.write("totals: " + ", ".join(f"{k} {v}" for k, v in plan.totals.items()))
+        if plan.blocked_reason:
+            self.stdout.write(f"cannot resume: {plan.blocked_reason}")
+        if dry_run:
+            return
+        try:
+            task_resume(task_id=task, actor=actor)
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(self.style.SUCCESS(f"task {task} resumed: {plan.will_enqueue} item(s) enqueued"))

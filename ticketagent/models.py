@@ -1,0 +1,241 @@
+"""Tasks, items, checkpoints and the append-only event log."""
+
+import hashlib
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class TaskStatus(models.TextChoices):
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    PAUSED = "paused", "paused"
+    SUSPENDED = "suspended", "suspended"
+    NEEDS_REVIEW = "needs_review", "needs review"
+    COMPLETED = "completed", "completed"
+    CANCELLED = "cancelled", "cancelled"
+    NEEDS_MIGRATION = "needs_migration", "needs migration"
+
+
+ACTIVE_TASK_STATUSES = (TaskStatus.QUEUED, TaskStatus.RUNNING)
+FINAL_TASK_STATUSES = (TaskStatus.COMPLETED, TaskStatus.CANCELLED, TaskStatus.NEEDS_MIGRATION)
+
+
+class ItemStatus(models.TextChoices):
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    WAITING_REVIEW = "waiting_review", "waiting for review"
+    WAITING_APPROVAL = "waiting_approval", "waiting for approval"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+    SKIPPED = "skipped", "skipped"
+
+
+ENDED_ITEM_STATUSES = (ItemStatus.DONE, ItemStatus.FAILED, ItemStatus.SKIPPED)
+WAITING_ITEM_STATUSES = (ItemStatus.WAITING_REVIEW, ItemStatus.WAITING_APPROVAL)
+
+
+class NotifyChannel(models.TextChoices):
+    HELPDESK = "helpdesk", "helpdesk API"
+    EMAIL = "email", "email (SMTP)"
+
+
+class Task(models.Model):
+    name = models.CharField(max_length=200)
+    source_filename = models.CharField(max_length=255, blank=True)
+    status = models.CharField(max_length=20, choices=TaskStatus.choices, default=TaskStatus.QUEUED)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    allow_auto_close = models.BooleanField(default=False)
+    notify_channel = models.CharField(max_length=16, choices=NotifyChannel.choices, default=NotifyChannel.HELPDESK)
+    model_label = models.CharField(max_length=100, default="offline model")
+    failure_threshold = models.PositiveIntegerField(default=3)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    status_reason = models.TextField(blank=True)
+    last_success_item = models.ForeignKey(
+        "Item", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resume_count = models.PositiveIntegerField(default=0)
+    source_task = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "-id"], name="task_status_idx")]
+        constraints = [
+            models.CheckConstraint(condition=Q(failure_threshold__gte=1), name="task_failure_threshold_positive"),
+        ]
+
+    def __str__(self):
+        return f"task {self.pk} {self.name}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_TASK_STATUSES
+
+
+class Item(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="items")
+    row = models.PositiveIntegerField()
+    ticket_id = models.CharField(max_length=64)
+    customer_email = models.EmailField(max_length=254)
+    customer_name = models.CharField(max_length=200, blank=True)
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    priority = models.CharField(max_length=16, default="normal")
+    language = models.CharField(max_length=16, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    status = models.CharField(max_length=20, choices=ItemStatus.choices, default=ItemStatus.QUEUED)
+    # Bumped whenever the item is handed to the queue again; part of the job id.
+    attempt = models.PositiveIntegerField(default=1)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_token = models.CharField(max_length=64, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    failure_kind = models.CharField(max_length=32, blank=True)
+    # A re-run of an item from another task (new task from unfinished items):
+    # effects the origin already initiated are not initiated again.
+    origin = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    approval = models.CharField(max_length=16, blank=True)  # "", approved, rejected
+    approval_by = models.CharField(max_length=150, blank=True)
+    approval_reason = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["task_id", "row"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "ticket_id"], name="item_ticket_unique_in_task"),
+            models.CheckConstraint(condition=Q(attempt__gte=1), name="item_attempt_positive"),
+        ]
+        indexes = [
+            models.Index(fields=["task", "status"], name="item_task_status_idx"),
+            models.Index(fields=["status", "lease_expires_at"], name="item_lease_idx"),
+            models.Index(fields=["task", "finished_at"], name="item_task_finished_idx"),
+        ]
+
+    def __str__(self):
+        return f"item {self.pk} ({self.ticket_id})"
+
+    @property
+    def job_id(self) -> str:
+        return f"item-{self.pk}-a{self.attempt}"
+
+    @property
+    def ref(self) -> str:
+        """The opaque owner reference the ledger stores."""
+        return str(self.pk)
+
+    def input_hash(self) -> str:
+        fields = [self.ticket_id, self.customer_email, self.customer_name, self.subject, self.body,
+                  self.priority, self.language]
+        return hashlib.sha256("\x1f".join(fields).encode()).hexdigest()
+
+
+class Checkpoint(models.Model):
+    """An item's recovery contract (plus its effects in the ledger)."""
+
+    item = models.OneToOneField(Item, on_delete=models.CASCADE, related_name="checkpoint")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
+    plan_version = models.PositiveIntegerField()
+    schema_version = models.PositiveIntegerField()
+    cursor = models.PositiveIntegerField(default=0)
+    input_hash = models.CharField(max_length=64)
+    step_outputs = models.JSONField(default=dict)
+    retry_count = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def snapshot(self) -> dict:
+        return {
+            "task_id": self.task_id, "plan_version": self.plan_version, "schema_version": self.schema_version,
+            "cursor": self.cursor, "input_hash": self.input_hash, "step_outputs": self.step_outputs,
+            "retry_count": self.retry_count,
+        }
+
+
+class EventType(models.TextChoices):
+    TASK_CREATED = "TASK_CREATED"
+    PLANNED = "PLANNED"
+    ITEM_STARTED = "ITEM_STARTED"
+    STEP_DONE = "STEP_DONE"
+    STEP_FAILED = "STEP_FAILED"
+    TOOL_CALL = "TOOL_CALL"
+    ITEM_DONE = "ITEM_DONE"
+    ITEM_FAILED = "ITEM_FAILED"
+    ITEM_WAITING = "ITEM_WAITING"
+    ITEM_REQUEUED = "ITEM_REQUEUED"
+    RECOVERED = "RECOVERED"
+    EFFECT_INTENT = "EFFECT_INTENT"
+    EFFECT_RETRY = "EFFECT_RETRY"
+    EFFECT_COMMITTED = "EFFECT_COMMITTED"
+    EFFECT_FAILED = "EFFECT_FAILED"
+    EFFECT_UNKNOWN = "EFFECT_UNKNOWN"
+    EFFECT_BLOCKED = "EFFECT_BLOCKED"
+    EFFECT_FENCED = "EFFECT_FENCED"
+    EFFECT_RECONCILED = "EFFECT_RECONCILED"
+    EFFECT_RECONCILE_UNANSWERED = "EFFECT_RECONCILE_UNANSWERED"
+    REVIEWED = "REVIEWED"
+    APPROVAL_REQUESTED = "APPROVAL_REQUESTED"
+    APPROVED = "APPROVED"
+    REJECTED = "REJECTED"
+    SUSPENDED = "SUSPENDED"
+    RESUMED = "RESUMED"
+    PAUSED = "PAUSED"
+    CANCELLED = "CANCELLED"
+    TASK_STATUS = "TASK_STATUS"
+    NEEDS_MIGRATION = "NEEDS_MIGRATION"
+
+
+class AppendOnlyError(Exception):
+    pass
+
+
+class EventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnlyError("events are append-only")
+
+    def delete(self):
+        raise AppendOnlyError("events are append-only")
+
+
+class Event(models.Model):
+    """One append-only record of something that happened, written in the
+    transaction of the state change it records."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    item = models.ForeignKey(Item, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    type = models.CharField(max_length=32, choices=EventType.choices)
+    payload = models.JSONField(default=dict)
+    actor = models.CharField(max_length=150, blank=True)
+    timestamp = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["task", "id"], name="event_task_idx"),
+            models.Index(fields=["type"], name="event_type_idx"),
+        ]
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise AppendOnlyError("events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("events are append-only")
+
+
+class Blob(models.Model):
+    """Big outputs, stored once by content hash and referenced from events."""
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    content = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)

@@ -1,0 +1,165 @@
+"""The recovery sweep: the database is the truth, Redis is transport.
+
+One pass (`recover_once`), run in a loop beside the workers and once at
+worker start:
+
+1. items whose lease expired (the worker died or froze): fence the old
+   holder, turn its `intent` effects into `unknown`, queue the item again;
+2. unknown effects on channels with look-up, once the call they guard can
+   no longer be in flight: reconcile (the item then continues by itself);
+3. queued items whose RQ job vanished (FLUSHALL, Redis restart) or ended
+   without taking the item: enqueue again;
+4. active tasks with nothing left to run: close them.
+"""
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from rq.job import Job
+
+from ledger.channels import CHANNELS
+from ledger.models import Effect, EffectState
+from ledger.services import effect_reconcile
+from ticketagent import jobs
+from ticketagent.events import event_append
+from ticketagent.models import ACTIVE_TASK_STATUSES, EventType, Item, ItemStatus, Task
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 50
+RECONCILE_EVERY_SECONDS = 15
+ENDED_JOB_STATUSES = {"finished", "failed", "stopped", "canceled"}
+
+
+def recover_expired_leases(now) -> int:
+    from ticketagent.services import _task_locked, item_take_over
+
+    count = 0
+    expired = Item.objects.filter(status=ItemStatus.RUNNING, lease_expires_at__lt=now).values_list(
+        "pk", "task_id")
+    for item_id, task_id in list(expired):
+        with transaction.atomic():
+            task = _task_locked(task_id)
+            item = Item.objects.select_for_update().get(pk=item_id)
+            if item.status != ItemStatus.RUNNING or not item.lease_expires_at or item.lease_expires_at >= now:
+                continue
+            item_take_over(item, actor="recovery", why="lease expired")
+            item.status = ItemStatus.QUEUED
+            item.attempt += 1
+            item.enqueued_at = timezone.now()
+            item.save()
+            if task.status in ACTIVE_TASK_STATUSES:
+                ref = [(item.pk, item.attempt)]
+                transaction.on_commit(lambda ref=ref: jobs.enqueue_items(ref))
+            count += 1
+    return count
+
+
+def reconcile_unknowns(now) -> int:
+    lookup_channels = [name for name, cls in CHANNELS.items() if cls.supports_lookup]
+    stale = now - timezone.timedelta(seconds=RECONCILE_EVERY_SECONDS)
+    candidates = Effect.objects.filter(state=EffectState.UNKNOWN, channel__in=lookup_channels).exclude(
+        reconciled_at__gt=stale).values_list("pk", flat=True)[:200]
+    resolved = 0
+    for effect_id in list(candidates):
+        try:
+            effect = effect_reconcile(effect_id=effect_id)
+        except Exception:  # noqa: BLE001 - one bad channel must not stop the sweep
+            log.exception("reconcile of effect %s failed", effect_id)
+            continue
+        resolved += effect.state != EffectState.UNKNOWN
+    return resolved
+
+
+def continue_waiting_items() -> int:
+    """Safety net: items waiting for review whose effects are all resolved."""
+    from ticketagent.services import item_continue
+
+    open_items = set(Effect.objects.filter(state__in=(EffectState.UNKNOWN, EffectState.INTENT))
+                     .values_list("owner_item", flat=True))
+    waiting = [pk for pk in Item.objects.filter(status=ItemStatus.WAITING_REVIEW).values_list("pk", flat=True)
+               if str(pk) not in open_items]
+    return sum(item_continue(item_id=pk, actor="recovery") for pk in waiting)
+
+
+def requeue_lost_jobs(now) -> int:
+    grace = now - timezone.timedelta(seconds=settings.REQUEUE_GRACE_SECONDS)
+    queued = list(Item.objects.filter(status=ItemStatus.QUEUED, task__status__in=ACTIVE_TASK_STATUSES)
+                  .filter(enqueued_at__lt=grace).values_list("pk", "attempt", "task_id")[:5000])
+    if not queued:
+        return 0
+    conn = jobs.get_queue().connection
+    pipe = conn.pipeline()
+    for pk, attempt, _ in queued:
+        pipe.hget(Job.key_for(jobs.job_id(pk, attempt)), "status")
+    statuses = pipe.execute()
+    same_attempt, next_attempt = [], []
+    for (pk, attempt, task_id), status in zip(queued, statuses):
+        status = status.decode() if isinstance(status, bytes) else status
+        if status is None:
+            same_attempt.append((pk, attempt, task_id))
+        elif status in ENDED_JOB_STATUSES:
+            next_attempt.append((pk, attempt, task_id))
+    refs = []
+    with transaction.atomic():
+        for pk, attempt, task_id in same_attempt:
+            event_append(task_id=task_id, item_id=pk, type=EventType.ITEM_REQUEUED, actor="recovery",
+                         payload={"attempt": attempt, "why": "its job was missing from Redis"})
+            refs.append((pk, attempt))
+        for pk, attempt, task_id in next_attempt:
+            n = Item.objects.filter(pk=pk, status=ItemStatus.QUEUED, attempt=attempt).update(
+                attempt=attempt + 1, enqueued_at=timezone.now())
+            if n:
+                event_append(task_id=task_id, item_id=pk, type=EventType.ITEM_REQUEUED, actor="recovery",
+                             payload={"attempt": attempt + 1, "why": "its job ended without taking the item"})
+                refs.append((pk, attempt + 1))
+        Item.objects.filter(pk__in=[pk for pk, _, _ in same_attempt]).update(enqueued_at=timezone.now())
+        transaction.on_commit(lambda: jobs.enqueue_items(refs))
+    return len(refs)
+
+
+def finish_idle_tasks() -> int:
+    from ticketagent.services import _task_locked, _task_maybe_finish
+
+    busy = Item.objects.filter(status__in=(ItemStatus.QUEUED, ItemStatus.RUNNING)).values("task_id")
+    idle = Task.objects.filter(status__in=ACTIVE_TASK_STATUSES).exclude(pk__in=busy).values_list("pk", flat=True)
+    n = 0
+    for task_id in list(idle):
+        with transaction.atomic():
+            task = _task_locked(task_id)
+            before = task.status
+            _task_maybe_finish(task)
+            n += task.status != before
+    return n
+
+
+def recover_once() -> dict:
+    now = timezone.now()
+    stats = {"recovered": recover_expired_leases(now)}
+    stats["reconciled"] = reconcile_unknowns(now)
+    stats["continued"] = continue_waiting_items()
+    try:
+        stats["requeued"] = requeue_lost_jobs(now)
+    except Exception as exc:  # noqa: BLE001 - Redis down: try again next pass
+        log.warning("could not check the queue: %s", exc)
+        stats["requeued"] = 0
+    stats["finished_tasks"] = finish_idle_tasks()
+    return stats
+
+
+def recover_loop(*, interval: float | None = None, stop=None) -> None:
+    interval = interval or settings.RECOVER_INTERVAL_SECONDS
+    while stop is None or not stop():
+        try:
+            stats = recover_once()
+            if any(stats.values()):
+                log.info("recovery: %s", stats)
+        except Exception:  # noqa: BLE001 - the sweep must outlive a bad pass (e.g. DB restart)
+            log.exception("recovery pass failed")
+            from django.db import connection
+
+            connection.close()
+        time.sleep(interval)

@@ -1,0 +1,713 @@
+"""State changes of tasks and items: `<entity>_<action>()` functions.
+
+Each item runs as a sequence of atomic phases; every phase ends in a
+recorded recovery point (checkpoint + event, one transaction). Calls to the
+model and to channels sit between phases, never inside one.
+
+Lock order, everywhere: the task row, then the item row. An item is only
+written by the worker holding its lease (`lease_token`); every phase checks
+that token, so a worker whose lease was taken over cannot write anything.
+"""
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Count, F
+from django.utils import timezone
+
+from ledger.gate import effect_run
+from ledger.models import Effect, EffectState
+from ledger.services import effects_mark_unknown
+from ticketagent import jobs
+from ticketagent.events import blob_put, event_append
+from ticketagent.llm import ModelError, Tools, get_model_client, model_label
+from ticketagent.models import (
+    ACTIVE_TASK_STATUSES,
+    ENDED_ITEM_STATUSES,
+    Checkpoint,
+    EventType,
+    Item,
+    ItemStatus,
+    Task,
+    TaskStatus,
+)
+from ticketagent.plan import MODEL_STEPS, PLAN_VERSION, STEPS, SUPPORTED_PLAN_VERSIONS, effect_action, effect_payload
+from ticketagent.schemas import SCHEMA_VERSION, Decision, Reply, Triage
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """This worker no longer holds the item: stop without writing."""
+
+
+class ServiceError(Exception):
+    """An operator action that cannot be applied; the message says why."""
+
+
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _lease_deadline():
+    return timezone.now() + timezone.timedelta(seconds=settings.LEASE_SECONDS)
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_close: bool = False,
+                notify_channel: str = "helpdesk", failure_threshold: int | None = None,
+                source_task: Task | None = None, origins: dict | None = None) -> Task:
+    """Create a task and its items in one transaction; enqueue after commit."""
+    if not rows:
+        raise ServiceError("a task needs at least one ticket")
+    now = timezone.now()
+    with transaction.atomic():
+        task = Task.objects.create(
+            name=name[:200] or filename[:200] or "batch", source_filename=filename[:255], created_by=user,
+            allow_auto_close=allow_auto_close, notify_channel=notify_channel, model_label=model_label(),
+            failure_threshold=failure_threshold or settings.SUSPEND_AFTER_FAILURES, source_task=source_task,
+        )
+        items = Item.objects.bulk_create([
+            Item(task=task, row=r.row, ticket_id=r.ticket_id, customer_email=r.customer_email,
+                 customer_name=r.customer_name, subject=r.subject, body=r.body, priority=r.priority,
+                 language=r.language, metadata=r.metadata, enqueued_at=now,
+                 origin_id=(origins or {}).get(r.ticket_id))
+            for r in rows
+        ], batch_size=500)
+        actor = user.get_username() if user else "system"
+        event_append(task_id=task.pk, type=EventType.TASK_CREATED, actor=actor, payload={
+            "items": len(items), "filename": filename, "allow_auto_close": allow_auto_close,
+            "notify_channel": notify_channel, "failure_threshold": task.failure_threshold,
+            "model": task.model_label, "source_task": source_task.pk if source_task else None,
+        })
+        event_append(task_id=task.pk, type=EventType.PLANNED, actor=actor, payload={
+            "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION, "steps": [s.name for s in STEPS],
+        })
+        refs = [(item.pk, item.attempt) for item in items]
+        transaction.on_commit(lambda: jobs.enqueue_items(refs))
+    return task
+
+
+def _task_locked(task_id: int) -> Task:
+    return Task.objects.select_for_update().get(pk=task_id)
+
+
+def _task_maybe_finish(task: Task) -> None:
+    """Inside a transaction holding the task lock: close the task when no item
+    can move without a person."""
+    if task.status not in ACTIVE_TASK_STATUSES:
+        return
+    counts = dict(task.items.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    if counts.get(ItemStatus.QUEUED) or counts.get(ItemStatus.RUNNING):
+        return
+    total = sum(counts.values())
+    finished = counts.get(ItemStatus.DONE, 0) + counts.get(ItemStatus.SKIPPED, 0)
+    task.status = TaskStatus.COMPLETED if finished == total else TaskStatus.NEEDS_REVIEW
+    task.finished_at = timezone.now()
+    task.status_reason = "" if task.status == TaskStatus.COMPLETED else (
+        f"{total - finished} item(s) wait for a person or failed")
+    task.save()
+    event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status, "counts": counts})
+
+
+def task_pause(*, task_id: int, actor: str) -> Task:
+    with transaction.atomic():
+        task = _task_locked(task_id)
+        if task.status not in ACTIVE_TASK_STATUSES:
+            raise ServiceError(f"only a queued or running task can be paused; this one is {task.get_status_display()}")
+        task.status = TaskStatus.PAUSED
+        task.status_reason = f"paused by {actor}"
+        task.save()
+        event_append(task_id=task.pk, type=EventType.PAUSED, actor=actor)
+    return task
+
+
+def task_cancel(*, task_id: int, actor: str) -> Task:
+    with transaction.atomic():
+        task = _task_locked(task_id)
+        if task.is_final:
+            raise ServiceError(f"this task is already {task.get_status_display()}")
+        task.status = TaskStatus.CANCELLED
+        task.status_reason = f"cancelled by {actor}"
+        task.finished_at = timezone.now()
+        task.save()
+        skipped = task.items.filter(status=ItemStatus.QUEUED).update(
+            status=ItemStatus.SKIPPED, last_error="task cancelled", finished_at=timezone.now())
+        event_append(task_id=task.pk, type=EventType.CANCELLED, actor=actor, payload={"skipped_items": skipped})
+    return task
+
+
+# --------------------------------------------------------------------------- resume
+
+
+@dataclass
+class DryRunItem:
+    item_id: int
+    ticket_id: str
+    status: str
+    action: str  # recompute | retry | needs_confirmation | continue | done
+    steps: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class DryRun:
+    task_id: int
+    items: list[DryRunItem]
+    totals: dict[str, int]
+    blocked_reason: str = ""
+
+    @property
+    def will_enqueue(self) -> int:
+        return sum(1 for i in self.items if i.action in ("recompute", "retry", "continue"))
+
+    def as_dict(self) -> dict:
+        return {"task_id": self.task_id, "totals": self.totals, "blocked_reason": self.blocked_reason,
+                "items": [vars(i) for i in self.items]}
+
+
+RESUMABLE_ITEM_STATUSES = (ItemStatus.QUEUED, ItemStatus.FAILED)
+
+
+def _incompatible_checkpoints(task: Task) -> int:
+    return Checkpoint.objects.filter(task=task).exclude(
+        schema_version=SCHEMA_VERSION, plan_version__in=SUPPORTED_PLAN_VERSIONS).count()
+
+
+def task_dry_run(*, task_id: int) -> DryRun:
+    """What resuming would do, item by item, before anything runs."""
+    task = Task.objects.get(pk=task_id)
+    effects_by_item: dict[str, list[Effect]] = {}
+    for effect in Effect.objects.filter(owner_task=str(task.pk)).only(
+            "owner_item", "owner_step", "state", "action"):
+        effects_by_item.setdefault(effect.owner_item, []).append(effect)
+    cursors = dict(Checkpoint.objects.filter(task=task).values_list("item_id", "cursor"))
+    out: list[DryRunItem] = []
+    totals = {"recompute": 0, "retry": 0, "needs_confirmation": 0, "continue": 0, "done": 0}
+    for item in task.items.only("id", "ticket_id", "status").order_by("row"):
+        effects = effects_by_item.get(str(item.pk), [])
+        if item.status in (ItemStatus.DONE, ItemStatus.SKIPPED):
+            entry = DryRunItem(item.pk, item.ticket_id, item.status, "done")
+        elif item.status == ItemStatus.WAITING_APPROVAL:
+            entry = DryRunItem(item.pk, item.ticket_id, item.status, "needs_confirmation", ["close_ticket"],
+                               "waits for an operator's approval")
+        elif item.status == ItemStatus.WAITING_REVIEW or any(
+                e.state in (EffectState.UNKNOWN, EffectState.INTENT) for e in effects):
+            steps = [e.owner_step for e in effects if e.state in (EffectState.UNKNOWN, EffectState.INTENT)]
+            entry = DryRunItem(item.pk, item.ticket_id, item.status, "needs_confirmation", steps,
+                               "unknown effects: resume will not touch them")
+        elif item.status == ItemStatus.RUNNING:
+            entry = DryRunItem(item.pk, item.ticket_id, item.status, "continue", [], "running now")
+        else:
+            cursor = cursors.get(item.pk, 0)
+            redo = [s.name for s in STEPS[cursor:] if s.name in MODEL_STEPS]
+            retry = [e.owner_step for e in effects if e.state == EffectState.FAILED]
+            if retry:
+                entry = DryRunItem(item.pk, item.ticket_id, item.status, "retry", retry,
+                                   "effects that did not happen are tried again with the same key")
+            elif redo:
+                entry = DryRunItem(item.pk, item.ticket_id, item.status, "recompute", redo)
+            else:
+                entry = DryRunItem(item.pk, item.ticket_id, item.status, "continue",
+                                   [s.name for s in STEPS[cursor:]])
+        totals[entry.action] += 1
+        out.append(entry)
+    blocked = ""
+    if _incompatible_checkpoints(task):
+        blocked = ("checkpoints were written by a plan or schema version this code cannot honour; "
+                   "start a new task from the unfinished items")
+    elif task.status in (TaskStatus.CANCELLED, TaskStatus.NEEDS_MIGRATION):
+        blocked = f"a {task.get_status_display()} task cannot be resumed"
+    return DryRun(task_id=task.pk, items=out, totals=totals, blocked_reason=blocked)
+
+
+def task_resume(*, task_id: int, actor: str) -> DryRun:
+    """Re-enqueue what can continue; record RESUMED with who and when."""
+    plan = task_dry_run(task_id=task_id)
+    with transaction.atomic():
+        task = _task_locked(task_id)
+        if task.status in (TaskStatus.CANCELLED, TaskStatus.NEEDS_MIGRATION):
+            raise ServiceError(f"a {task.get_status_display()} task cannot be resumed")
+        if _incompatible_checkpoints(task):
+            task.status = TaskStatus.NEEDS_MIGRATION
+            task.status_reason = plan.blocked_reason
+            task.save()
+            event_append(task_id=task.pk, type=EventType.NEEDS_MIGRATION, actor=actor,
+                         payload={"reason": plan.blocked_reason})
+            migrate = True
+        else:
+            migrate = False
+            _resume_locked(task, plan, actor)
+    if migrate:
+        raise ServiceError(plan.blocked_reason)
+    return plan
+
+
+def _resume_locked(task: Task, plan: DryRun, actor: str) -> None:
+    now = timezone.now()
+    to_enqueue = []
+    items = list(Item.objects.select_for_update().filter(task=task, status__in=RESUMABLE_ITEM_STATUSES))
+    for item in items:
+        item.status = ItemStatus.QUEUED
+        item.attempt += 1
+        item.enqueued_at = now
+        item.last_error = ""
+        item.failure_kind = ""
+        item.save(update_fields=["status", "attempt", "enqueued_at", "last_error", "failure_kind", "updated_at"])
+        to_enqueue.append((item.pk, item.attempt))
+    Checkpoint.objects.filter(item__in=[i.pk for i in items]).update(retry_count=F("retry_count") + 1)
+    task.status = TaskStatus.RUNNING
+    task.status_reason = ""
+    task.consecutive_failures = 0
+    task.resume_count += 1
+    task.finished_at = None
+    task.save()
+    event_append(task_id=task.pk, type=EventType.RESUMED, actor=actor, payload={
+        "resume_count": task.resume_count, "enqueued": len(to_enqueue), "dry_run": plan.totals,
+        "items": [pk for pk, _ in to_enqueue],
+    })
+    _task_maybe_finish(task)
+    transaction.on_commit(lambda: jobs.enqueue_items(to_enqueue))
+
+
+def task_clone_unfinished(*, task_id: int, user=None) -> Task:
+    """A new task from the items that did not finish (the needs-migration way out)."""
+    from ticketagent.upload import TicketRow
+
+    task = Task.objects.get(pk=task_id)
+    unfinished = list(task.items.exclude(status__in=(ItemStatus.DONE, ItemStatus.SKIPPED)).order_by("row"))
+    if not unfinished:
+        raise ServiceError("every item of this task has finished; there is nothing to carry over")
+    rows = [TicketRow(row=i.row, ticket_id=i.ticket_id, customer_email=i.customer_email, subject=i.subject,
+                      body=i.body, customer_name=i.customer_name, priority=i.priority, language=i.language,
+                      metadata=i.metadata) for i in unfinished]
+    origins = {i.ticket_id: (i.origin_id or i.pk) for i in unfinished}
+    return task_create(rows=rows, name=f"{task.name} (unfinished items of task {task.pk})", user=user,
+                       filename=task.source_filename, allow_auto_close=task.allow_auto_close,
+                       notify_channel=task.notify_channel, failure_threshold=task.failure_threshold,
+                       source_task=task, origins=origins)
+
+
+# --------------------------------------------------------------------------- items: operator actions
+
+
+def item_continue(*, item_id: int, actor: str = "system") -> bool:
+    """After a review or reconcile: an item waiting for review continues by
+    itself once none of its effects is unknown."""
+    with transaction.atomic():
+        item = Item.objects.filter(pk=item_id).only("task_id").first()
+        if item is None:
+            return False
+        task = _task_locked(item.task_id)
+        item = Item.objects.select_for_update().get(pk=item_id)
+        if item.status != ItemStatus.WAITING_REVIEW:
+            return False
+        if Effect.objects.filter(owner_item=item.ref, state__in=(EffectState.UNKNOWN, EffectState.INTENT)).exists():
+            return False
+        _item_requeue(item, task, actor=actor, why="its unknown effects were resolved")
+    return True
+
+
+def item_decide_approval(*, item_id: int, approve: bool, reason: str, actor: str) -> Item:
+    reason = (reason or "").strip()
+    if not reason:
+        raise ServiceError("a reason is required to approve or reject")
+    with transaction.atomic():
+        item = Item.objects.only("task_id").get(pk=item_id)
+        task = _task_locked(item.task_id)
+        item = Item.objects.select_for_update().get(pk=item_id)
+        if item.status != ItemStatus.WAITING_APPROVAL:
+            raise ServiceError(f"this item is {item.get_status_display()}, not waiting for approval")
+        item.approval = "approved" if approve else "rejected"
+        item.approval_by = actor
+        item.approval_reason = reason[:2000]
+        item.save(update_fields=["approval", "approval_by", "approval_reason", "updated_at"])
+        event_append(task_id=task.pk, item_id=item.pk, actor=actor,
+                     type=EventType.APPROVED if approve else EventType.REJECTED,
+                     payload={"step": "close_ticket", "reason": reason[:500]})
+        _item_requeue(item, task, actor=actor, why=f"close_ticket {item.approval}")
+    return item
+
+
+def _item_requeue(item: Item, task: Task, *, actor: str, why: str) -> None:
+    item.status = ItemStatus.QUEUED
+    item.attempt += 1
+    item.enqueued_at = timezone.now()
+    item.last_error = ""
+    item.save(update_fields=["status", "attempt", "enqueued_at", "last_error", "updated_at"])
+    event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_REQUEUED, actor=actor,
+                 payload={"attempt": item.attempt, "why": why})
+    if task.status == TaskStatus.NEEDS_REVIEW:
+        task.status = TaskStatus.RUNNING
+        task.finished_at = None
+        task.status_reason = ""
+        task.save()
+        event_append(task_id=task.pk, type=EventType.TASK_STATUS, actor=actor, payload={"status": task.status})
+    if task.status in ACTIVE_TASK_STATUSES:
+        ref = [(item.pk, item.attempt)]
+        transaction.on_commit(lambda: jobs.enqueue_items(ref))
+
+
+# --------------------------------------------------------------------------- items: the worker side
+
+
+class Heartbeat(threading.Thread):
+    """Extends the lease while a long call runs; notices when it was lost."""
+
+    def __init__(self, item_id: int, token: str):
+        super().__init__(daemon=True, name=f"heartbeat-{item_id}")
+        self.item_id, self.token = item_id, token
+        self.stopped = threading.Event()
+        self.lost = False
+
+    def run(self):
+        try:
+            while not self.stopped.wait(settings.HEARTBEAT_SECONDS):
+                try:
+                    n = Item.objects.filter(pk=self.item_id, lease_token=self.token,
+                                            status=ItemStatus.RUNNING).update(lease_expires_at=_lease_deadline())
+                    if not n:
+                        self.lost = True
+                        return
+                except Exception:  # noqa: BLE001 - a failed beat is retried on the next tick
+                    log.warning("heartbeat for item %s failed", self.item_id, exc_info=True)
+                    close_old_connections()
+        finally:
+            connection.close()
+
+    def stop(self):
+        self.stopped.set()
+        self.join(timeout=5)
+
+
+def _lock_held(item_id: int, token: str) -> tuple[Task, Item]:
+    """Inside a transaction: lock task and item, or raise LeaseLost."""
+    task_id = Item.objects.filter(pk=item_id).values_list("task_id", flat=True).first()
+    if task_id is None:
+        raise LeaseLost(f"item {item_id} is gone")
+    task = _task_locked(task_id)
+    item = Item.objects.select_for_update().filter(pk=item_id, lease_token=token, status=ItemStatus.RUNNING).first()
+    if item is None:
+        raise LeaseLost(f"item {item_id}: lease {token[:8]} was taken over")
+    return task, item
+
+
+def _release(item: Item, status: str) -> None:
+    item.status = status
+    item.lease_token = ""
+    item.lease_owner = ""
+    item.lease_expires_at = None
+    if status in ENDED_ITEM_STATUSES:
+        item.finished_at = timezone.now()
+
+
+def item_take_over(item: Item, *, actor: str, why: str) -> list[Effect]:
+    """Inside a transaction holding the item lock: fence the old lease holder and
+    turn its intents into unknowns."""
+    old = item.lease_owner
+    item.lease_token = ""
+    item.lease_owner = ""
+    item.lease_expires_at = None
+    unknown = effects_mark_unknown(owner_item=item.ref, actor=actor,
+                                   note=f"{why}; the worker {old or '?'} held it: outcome cannot be known")
+    event_append(task_id=item.task_id, item_id=item.pk, type=EventType.RECOVERED, actor=actor, payload={
+        "previous_owner": old, "why": why, "unknown_effects": [e.pk for e in unknown],
+    })
+    return unknown
+
+
+def _lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
+    now = timezone.now()
+    with transaction.atomic():
+        task_id = Item.objects.filter(pk=item_id).values_list("task_id", flat=True).first()
+        if task_id is None:
+            return "item does not exist", None, None
+        task = _task_locked(task_id)
+        item = Item.objects.select_for_update().get(pk=item_id)
+        if task.status not in ACTIVE_TASK_STATUSES:
+            return f"task is {task.status}", None, None
+        if item.attempt != attempt:
+            return f"stale job: the item is on attempt {item.attempt}", None, None
+        if item.status == ItemStatus.RUNNING:
+            if item.lease_expires_at and item.lease_expires_at > now:
+                return f"item is held by {item.lease_owner}", None, None
+            item_take_over(item, actor=_worker_name(), why="lease expired")
+        elif item.status != ItemStatus.QUEUED:
+            return f"item is {item.status}", None, None
+        checkpoint, _ = Checkpoint.objects.get_or_create(item=item, defaults={
+            "task": task, "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION,
+            "input_hash": item.input_hash(),
+        })
+        if checkpoint.schema_version != SCHEMA_VERSION or checkpoint.plan_version not in SUPPORTED_PLAN_VERSIONS:
+            reason = (f"item {item.ticket_id}: checkpoint has plan v{checkpoint.plan_version} / schema "
+                      f"v{checkpoint.schema_version}; this code runs plan v{PLAN_VERSION} / schema v{SCHEMA_VERSION}")
+            task.status = TaskStatus.NEEDS_MIGRATION
+            task.status_reason = reason
+            task.save()
+            event_append(task_id=task.pk, item_id=item.pk, type=EventType.NEEDS_MIGRATION, payload={"reason": reason})
+            return "needs migration", None, None
+        item.lease_token = token
+        item.lease_owner = _worker_name()
+        item.lease_expires_at = _lease_deadline()
+        item.status = ItemStatus.RUNNING
+        if checkpoint.input_hash != item.input_hash():
+            _item_fail_locked(task, item, kind="input_changed",
+                              message="the ticket changed since its checkpoint was written; not continued")
+            return "input changed", None, None
+        item.save()
+        if task.status == TaskStatus.QUEUED:
+            task.status = TaskStatus.RUNNING
+            task.started_at = now
+            task.save()
+            event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status})
+        event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_STARTED, actor=item.lease_owner,
+                     payload={"attempt": item.attempt, "cursor": checkpoint.cursor})
+        return "", item, checkpoint
+
+
+def _item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> None:
+    _release(item, ItemStatus.FAILED)
+    item.failure_kind = kind
+    item.last_error = message[:4000]
+    item.save()
+    event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_FAILED,
+                 payload={"kind": kind, "reason": message[:1000]})
+    task.consecutive_failures += 1
+    task.save(update_fields=["consecutive_failures", "updated_at"])
+    if task.consecutive_failures >= task.failure_threshold and task.status in ACTIVE_TASK_STATUSES:
+        label = ModelError.KINDS.get(kind, kind.replace("_", " "))
+        task.status = TaskStatus.SUSPENDED
+        task.status_reason = f"{task.consecutive_failures} consecutive failures: {label}"
+        task.save()
+        event_append(task_id=task.pk, type=EventType.SUSPENDED, payload={
+            "reason": task.status_reason, "last_success_item": task.last_success_item_id,
+        })
+    else:
+        _task_maybe_finish(task)
+
+
+def _phase_fail(item_id, token, *, kind, message):
+    with transaction.atomic():
+        task, item = _lock_held(item_id, token)
+        _item_fail_locked(task, item, kind=kind, message=message)
+
+
+def _phase_wait(item_id, token, *, status, reason, event_type):
+    with transaction.atomic():
+        task, item = _lock_held(item_id, token)
+        _release(item, status)
+        item.last_error = reason[:4000]
+        item.save()
+        event_append(task_id=task.pk, item_id=item.pk, type=event_type, payload={"status": status, "reason": reason})
+        _task_maybe_finish(task)
+
+
+def _phase_done(item_id, token):
+    with transaction.atomic():
+        task, item = _lock_held(item_id, token)
+        _release(item, ItemStatus.DONE)
+        item.last_error = ""
+        item.save()
+        event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_DONE)
+        task.consecutive_failures = 0
+        task.last_success_item = item
+        task.save(update_fields=["consecutive_failures", "last_success_item", "updated_at"])
+        _task_maybe_finish(task)
+
+
+def _phase_step_done(item_id, token, step: str, output: dict, tool_calls=()) -> tuple[Task, dict] | None:
+    """Persist a step's output and advance the cursor. Returns None when the
+    task stopped (paused, suspended, cancelled): the item goes back to the queue."""
+    with transaction.atomic():
+        task, item = _lock_held(item_id, token)
+        checkpoint = Checkpoint.objects.select_for_update().get(item=item)
+        checkpoint.step_outputs = {**checkpoint.step_outputs, step: output}
+        checkpoint.cursor += 1
+        checkpoint.save()
+        for call in tool_calls:
+            event_append(task_id=task.pk, item_id=item.pk, type=EventType.TOOL_CALL, payload={"step": step, **call})
+        event_append(task_id=task.pk, item_id=item.pk, type=EventType.STEP_DONE, payload={
+            "step": step, "cursor": checkpoint.cursor, "output_ref": blob_put(output),
+        })
+        if task.status not in ACTIVE_TASK_STATUSES:
+            _release(item, ItemStatus.QUEUED)
+            item.save()
+            return None
+        return task, checkpoint.step_outputs
+
+
+def _ticket(item: Item) -> dict:
+    return {"ticket_id": item.ticket_id, "customer_email": item.customer_email,
+            "customer_name": item.customer_name, "subject": item.subject, "body": item.body,
+            "priority": item.priority, "language": item.language}
+
+
+def _tools(item: Item) -> Tools:
+    import json
+    from pathlib import Path
+
+    def customer_tickets():
+        others = (Item.objects.filter(task_id=item.task_id, customer_email=item.customer_email)
+                  .exclude(pk=item.pk).values("ticket_id", "subject", "status")[:20])
+        return list(others)
+
+    def knowledge_base(query: str):
+        entries = json.loads((Path(settings.BASE_DIR) / "docs" / "knowledge_base.json").read_text())
+        q = query.lower()
+        hits = [e for e in entries if e["topic"] == q or any(k in q for k in e["keywords"])]
+        return hits[:3] or [e for e in entries if e["topic"] == "other"]
+
+    return Tools(customer_tickets=customer_tickets, knowledge_base=knowledge_base)
+
+
+def _run_model_step(model, step: str, item: Item, outputs: dict) -> tuple[dict, list]:
+    ticket = _ticket(item)
+    if step == "triage":
+        return model.triage(ticket).model_dump(), []
+    triage = Triage.model_validate(outputs["triage"])
+    if step == "draft":
+        tools = _tools(item)
+        reply = model.draft(ticket, triage, tools)
+        return reply.model_dump(), tools.calls
+    reply = Reply.model_validate(outputs["draft"])
+    return model.decide(ticket, triage, reply).model_dump(), []
+
+
+def _origin_effect(item: Item, step: str) -> Effect | None:
+    """For an item carried over from another task: the origin's effect for this step."""
+    if not item.origin_id:
+        return None
+    return (Effect.objects.filter(owner_item=str(item.origin_id), owner_step=step)
+            .exclude(state=EffectState.FAILED).order_by("-id").first())
+
+
+def item_process(*, item_id: int, attempt: int, model=None) -> str:
+    """Run an item from its checkpoint. Safe to call any number of times: the
+    lease admits one worker, the checkpoint skips finished steps and the
+    ledger refuses repeated effects. Returns what happened, for the job log."""
+    token = uuid.uuid4().hex
+    why, item, checkpoint = _lease_acquire(item_id, attempt, token)
+    if item is None:
+        return f"no work: {why}"
+    heartbeat = Heartbeat(item_id, token)
+    heartbeat.start()
+    try:
+        return _run_steps(item, checkpoint, token, model)
+    except LeaseLost as exc:
+        return f"stopped: {exc}"
+    finally:
+        heartbeat.stop()
+
+
+def _run_steps(item: Item, checkpoint: Checkpoint, token: str, model) -> str:
+    outputs = dict(checkpoint.step_outputs)
+    cursor = checkpoint.cursor
+    task = item.task
+    model = model or get_model_client()
+
+    def fence():
+        if not Item.objects.select_for_update().filter(pk=item.pk, lease_token=token,
+                                                       status=ItemStatus.RUNNING).exists():
+            raise LeaseLost(f"item {item.pk}: lease was taken over")
+
+    while cursor < len(STEPS):
+        step = STEPS[cursor]
+        if step.kind == "model":
+            try:
+                output, calls = _run_model_step(model, step.name, item, outputs)
+            except ModelError as exc:
+                _phase_fail(item.pk, token, kind=exc.kind, message=f"{step.name}: {exc.message}")
+                return f"failed at {step.name}: {exc.kind}"
+        else:
+            decision = Decision.model_validate(outputs["decide"])
+            output = _run_effect_step(step.name, item, task, outputs, decision, token, fence)
+            calls = []
+            if output is None:
+                return f"waiting at {step.name}"
+        advanced = _phase_step_done(item.pk, token, step.name, output, calls)
+        if advanced is None:
+            return f"task stopped after {step.name}"
+        task, outputs = advanced
+        cursor += 1
+    _phase_done(item.pk, token)
+    return "done"
+
+
+def _run_effect_step(step, item, task, outputs, decision, token, fence) -> dict | None:
+    """Returns the step output, or None when the item stopped (failed / waits)."""
+    if step not in decision.actions:
+        return {"skipped": "not chosen by the decision"}
+    authorized = ""
+    if step == "close_ticket":
+        if task.allow_auto_close:
+            authorized = "task option: allow automatic close"
+        else:
+            current = Item.objects.only("approval", "approval_by").get(pk=item.pk)
+            if current.approval == "rejected":
+                return {"skipped": f"close rejected by {current.approval_by}"}
+            if current.approval != "approved":
+                _phase_wait(item.pk, token, status=ItemStatus.WAITING_APPROVAL, event_type=EventType.APPROVAL_REQUESTED,
+                            reason="close_ticket is irreversible and waits for an operator's approval")
+                return None
+            authorized = f"approved by {current.approval_by}"
+    origin = _origin_effect(item, step)
+    if origin is not None:
+        return {"skipped": f"already initiated by item {origin.owner_item} of task {origin.owner_task} "
+                           f"({origin.state})", "effect_id": origin.pk}
+    result = effect_run(
+        action=effect_action(step, notify_channel=task.notify_channel),
+        payload=effect_payload(step, ticket=_ticket(item), outputs=outputs),
+        owner_task=str(task.pk), owner_item=item.ref, owner_step=step, holder=token, fence=fence,
+        authorized_by=authorized,
+    )
+    effect = result.effect
+    if result.blocked == "fenced":
+        raise LeaseLost(f"item {item.pk}: fenced while calling {step}")
+    summary = {"effect_id": effect.pk, "key": effect.idempotency_key, "state": effect.state,
+               "external_ref": effect.external_ref}
+    if result.blocked:
+        summary["blocked"] = result.blocked
+    if effect.state == EffectState.COMMITTED:
+        return summary
+    if effect.state == EffectState.SKIPPED:
+        return {**summary, "skipped": f"review decided to skip ({effect.decided_by})"}
+    if effect.state == EffectState.FAILED:
+        why = "slot taken by another payload (conflict)" if result.blocked == "conflict" else effect.last_error
+        _phase_fail(item.pk, token, kind="channel_refused" if not result.blocked else "conflict",
+                    message=f"{step}: {why}")
+        return None
+    _phase_wait(item.pk, token, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
+                reason=f"{step}: outcome unknown — {effect.last_error or 'another attempt is in flight'}")
+    return None
+
+
+# --------------------------------------------------------------------------- upload
+
+
+class UploadRejected(Exception):
+    """The file had errors; nothing was created. `errors` lists every one."""
+
+    def __init__(self, errors):
+        super().__init__(f"{len(errors)} error(s) in the file")
+        self.errors = errors
+
+
+def task_upload(*, data: bytes, filename: str, user=None, name: str = "", allow_auto_close: bool = False,
+                notify_channel: str = "helpdesk", failure_threshold: int | None = None) -> Task:
+    """Parse and validate a whole batch; create the task only if every row is good."""
+    from ticketagent.upload import parse_batch
+
+    result = parse_batch(data, filename, max_bytes=settings.UPLOAD_MAX_BYTES, max_rows=settings.UPLOAD_MAX_ROWS)
+    if not result.ok:
+        raise UploadRejected(result.errors)
+    return task_create(rows=result.rows, name=name or filename, user=user, filename=filename,
+                       allow_auto_close=allow_auto_close, notify_channel=notify_channel,
+                       failure_threshold=failure_threshold)

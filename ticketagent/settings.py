@@ -1,0 +1,185 @@
+"""Settings for the ticket agents, read from the environment.
+
+Every variable is documented in README.md ("Configuration") and .env.example.
+Local defaults are safe for a laptop: SQLite under var/, a local Redis,
+the offline model and the sandbox helpdesk. With DEBUG off the process
+refuses to start without SECRET_KEY and ALLOWED_HOSTS.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from ticketagent.env import envbool, envfloat, envint, envlist, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(envstr("TICKETAGENT_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = envbool("DEBUG", True)
+
+SECRET_KEY = envstr("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    SECRET_KEY = "insecure-local-development-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
+if not DEBUG and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is off")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "django_rq",
+    "ledger",
+    "ticketagent",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "ticketagent.urls"
+WSGI_APPLICATION = "ticketagent.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "ticketagent.context_processors.product",
+            ],
+        },
+    },
+]
+
+# --- database ---------------------------------------------------------------
+DATABASE_URL = envstr("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'ticketagent.sqlite3'}"
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 0, minimum=0))
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the dashboard read while workers write; IMMEDIATE takes the
+    # write lock when a transaction starts, so two workers queue up on the
+    # busy timeout instead of failing with "database is locked" on upgrade.
+    _db["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+    }
+    _db["TEST"] = {"NAME": str(VAR_DIR / "test-ticketagent.sqlite3")}
+elif _db["ENGINE"] == "django.db.backends.postgresql":
+    _db.setdefault("OPTIONS", {})
+    _db["CONN_HEALTH_CHECKS"] = True
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- redis / rq ---------------------------------------------------------------
+REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
+RQ_QUEUE = envstr("RQ_QUEUE", "ticketagent")
+RQ_QUEUES = {
+    RQ_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": envint("RQ_JOB_TIMEOUT", 900, minimum=10)},
+}
+# We enqueue from transaction.on_commit ourselves, so the queue itself
+# enqueues immediately when asked.
+RQ = {"COMMIT_MODE": "auto"}
+RQ_SHOW_ADMIN_LINK = True
+
+# --- auth ---------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "tasks"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- security -----------------------------------------------------------------
+SESSION_COOKIE_SECURE = not DEBUG
+CSRF_COOKIE_SECURE = not DEBUG
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 3600, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+SECURE_HSTS_PRELOAD = False
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("REQUEST_MAX_BYTES", 12 * 1024 * 1024, minimum=1024)
+FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
+
+# --- the product ----------------------------------------------------------------
+UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+UPLOAD_MAX_ROWS = envint("UPLOAD_MAX_ROWS", 50_000, minimum=1)
+
+OPENAI_API_KEY = envstr("OPENAI_API_KEY")
+OPENAI_BASE_URL = envstr("OPENAI_BASE_URL") or None
+OPENAI_MODEL = envstr("OPENAI_MODEL", "gpt-4o-mini")
+OPENAI_TIMEOUT = envfloat("OPENAI_TIMEOUT", 60.0, minimum=0.1)
+OPENAI_CONNECT_TIMEOUT = envfloat("OPENAI_CONNECT_TIMEOUT", 5.0, minimum=0.1)
+OPENAI_MAX_RETRIES = envint("OPENAI_MAX_RETRIES", 2, minimum=0)
+AGENT_MAX_STEPS = envint("AGENT_MAX_STEPS", 6, minimum=1)
+
+# Consecutive failed items that suspend a task (each task may override it).
+SUSPEND_AFTER_FAILURES = envint("SUSPEND_AFTER_FAILURES", 3, minimum=1)
+# An item's lease: how long a worker may go silent before the sweep takes it over.
+LEASE_SECONDS = envfloat("LEASE_SECONDS", 6.0, minimum=1.0)
+HEARTBEAT_SECONDS = envfloat("HEARTBEAT_SECONDS", 2.0, minimum=0.1)
+RECOVER_INTERVAL_SECONDS = envfloat("RECOVER_INTERVAL_SECONDS", 1.0, minimum=0.1)
+# A queued item whose RQ job is missing for this long is enqueued again.
+REQUEUE_GRACE_SECONDS = envfloat("REQUEUE_GRACE_SECONDS", 5.0, minimum=0.0)
+
+# Channels: the helpdesk REST API and SMTP email. Defaults point at the
+# sandbox helpdesk that `make run` starts.
+HELPDESK_URL = envstr("HELPDESK_URL", "http://127.0.0.1:8025")
+HELPDESK_TOKEN = envstr("HELPDESK_TOKEN")
+HELPDESK_CONNECT_TIMEOUT = envfloat("HELPDESK_CONNECT_TIMEOUT", 2.0, minimum=0.1)
+HELPDESK_READ_TIMEOUT = envfloat("HELPDESK_READ_TIMEOUT", 5.0, minimum=0.1)
+EMAIL_BACKEND = envstr("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = envstr("EMAIL_HOST", "127.0.0.1")
+EMAIL_PORT = envint("EMAIL_PORT", 8026, minimum=1)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 5, minimum=1)
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "support@example.com")
+MESSAGE_ID_DOMAIN = envstr("MESSAGE_ID_DOMAIN", "ticketagent.local")
+
+# /metrics: login, or this bearer token for a Prometheus scraper.
+METRICS_TOKEN = envstr("METRICS_TOKEN")
+UNKNOWN_AGE_WARN_SECONDS = envint("UNKNOWN_AGE_WARN_SECONDS", 900, minimum=1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,321 @@
+"""Dashboard views: validate, authorize, call one service, render.
+
+Every page renders in full without JavaScript; with htmx the same template
+returns just the fragment that changed (django-template-partials).
+"""
+
+import json
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from ledger.actions import ACTIONS
+from ledger.channels import CHANNELS
+from ledger.models import Effect, EffectState
+from ledger.services import ReviewError, effect_decide, effect_reconcile
+from ticketagent import selectors
+from ticketagent.models import Checkpoint, Event, Item, NotifyChannel, Task
+from ticketagent.services import (
+    ServiceError,
+    UploadRejected,
+    item_decide_approval,
+    task_cancel,
+    task_clone_unfinished,
+    task_dry_run,
+    task_pause,
+    task_resume,
+    task_upload,
+)
+
+OPERATORS = "operators"
+HTMX_STOP_POLLING = 286
+
+
+def is_operator(user) -> bool:
+    return user.is_authenticated and (user.is_superuser or user.groups.filter(name=OPERATORS).exists())
+
+
+def _require_operator(request):
+    if not is_operator(request.user):
+        raise PermissionDenied("operators only: viewers may look but not act")
+
+
+def _actor(request) -> str:
+    return request.user.get_username()
+
+
+def _task(pk) -> Task:
+    return get_object_or_404(Task, pk=pk)
+
+
+def _render(request, template, fragment, context, status=200):
+    name = f"{template}#{fragment}" if request.htmx and fragment else template
+    context.setdefault("can_act", is_operator(request.user))
+    return render(request, name, context, status=status)
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@login_required
+@require_GET
+def task_list(request):
+    status_filter = request.GET.get("status", "")
+    context = {
+        "tasks": selectors.tasks_for_dashboard(status_filter=status_filter),
+        "status_filter": status_filter,
+        "filters": list(selectors.FILTERS),
+        "health": selectors.health_numbers(),
+        "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
+    }
+    return _render(request, "tasks/list.html", "task-table", context)
+
+
+class UploadForm(forms.Form):
+    file = forms.FileField(help_text="CSV or JSONL; columns ticket_id, customer_email, subject, body "
+                                     "(+ customer_name, priority, language, metadata)")
+    name = forms.CharField(required=False, max_length=200)
+    notify_channel = forms.ChoiceField(choices=NotifyChannel.choices, initial=NotifyChannel.HELPDESK)
+    allow_auto_close = forms.BooleanField(required=False, label="Allow automatic close",
+                                          help_text="Otherwise every close waits for an operator's approval.")
+    failure_threshold = forms.IntegerField(min_value=1, max_value=1000, initial=3, required=False,
+                                           help_text="Consecutive failed items that suspend the task.")
+
+
+@login_required
+def upload(request):
+    errors = []
+    if request.method == "POST":
+        _require_operator(request)
+        form = UploadForm(request.POST, request.FILES)
+        if form.is_valid():
+            f = form.cleaned_data["file"]
+            if f.size > settings.UPLOAD_MAX_BYTES:
+                errors = [f"file: {f.name} is {f.size / 1e6:.1f} MB; the limit is "
+                          f"{settings.UPLOAD_MAX_BYTES / 1e6:.1f} MB"]
+            else:
+                try:
+                    task = task_upload(
+                        data=f.read(), filename=f.name, user=request.user, name=form.cleaned_data["name"],
+                        allow_auto_close=form.cleaned_data["allow_auto_close"],
+                        notify_channel=form.cleaned_data["notify_channel"],
+                        failure_threshold=form.cleaned_data["failure_threshold"])
+                except UploadRejected as exc:
+                    errors = [str(e) for e in exc.errors]
+                else:
+                    url = reverse("task-detail", args=[task.pk])
+                    if request.htmx:
+                        response = HttpResponse(status=204)
+                        response["HX-Redirect"] = url
+                        return response
+                    return redirect(url)
+    else:
+        form = UploadForm()
+    status = 400 if errors or form.errors else 200
+    return _render(request, "tasks/upload.html", "upload-form", {"form": form, "errors": errors}, status=status)
+
+
+@login_required
+@require_GET
+def task_detail(request, pk):
+    task = _task(pk)
+    items = Paginator(task.items.select_related("checkpoint").order_by("row"), 50).get_page(request.GET.get("page"))
+    context = {
+        "task": task,
+        "progress": selectors.task_progress(task),
+        "items": items,
+        "effects_by_item": selectors.items_page_effects(items),
+        "events": list(Event.objects.filter(task=task).order_by("-id")[:100]),
+        "effects": selectors.task_effects(task)[:200],
+    }
+    return _render(request, "tasks/detail.html", None, context)
+
+
+@login_required
+@require_GET
+def task_progress(request, pk):
+    task = _task(pk)
+    response = _render(request, "tasks/detail.html", "progress", {"task": task, "progress": selectors.task_progress(task)})
+    if task.is_final and request.htmx:
+        response.status_code = HTMX_STOP_POLLING
+    return response
+
+
+@login_required
+@require_GET
+def task_events_jsonl(request, pk):
+    task = _task(pk)
+
+    def lines():
+        for event in Event.objects.filter(task=task).order_by("id").iterator(chunk_size=2000):
+            yield json.dumps({"timestamp": event.timestamp.isoformat(), "type": event.type,
+                              "payload": _export_safe(event.payload), "item": event.item_id,
+                              "actor": event.actor}, ensure_ascii=False) + "\n"
+
+    response = StreamingHttpResponse(lines(), content_type="application/x-ndjson; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="task-{task.pk}-events.jsonl"'
+    return response
+
+
+def _export_safe(value):
+    """Neutralise spreadsheet formulas in exported strings."""
+    if isinstance(value, str):
+        return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+    if isinstance(value, dict):
+        return {k: _export_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_export_safe(v) for v in value]
+    return value
+
+
+@login_required
+@require_GET
+def task_dry_run_view(request, pk):
+    task = _task(pk)
+    return _render(request, "tasks/detail.html", "dry-run", {"task": task, "plan": task_dry_run(task_id=task.pk)})
+
+
+def _task_action(request, pk, action):
+    _require_operator(request)
+    task = _task(pk)
+    error = ""
+    try:
+        action(task_id=task.pk, actor=_actor(request))
+    except ServiceError as exc:
+        error = str(exc)
+    if not request.htmx:
+        return redirect("task-detail", pk=task.pk)
+    task.refresh_from_db()
+    return _render(request, "tasks/detail.html", "actions",
+                   {"task": task, "action_error": error, "progress": selectors.task_progress(task)},
+                   status=409 if error else 200)
+
+
+@login_required
+@require_POST
+def task_resume_view(request, pk):
+    return _task_action(request, pk, task_resume)
+
+
+@login_required
+@require_POST
+def task_pause_view(request, pk):
+    return _task_action(request, pk, task_pause)
+
+
+@login_required
+@require_POST
+def task_cancel_view(request, pk):
+    return _task_action(request, pk, task_cancel)
+
+
+@login_required
+@require_POST
+def task_clone_view(request, pk):
+    _require_operator(request)
+    task = _task(pk)
+    try:
+        new = task_clone_unfinished(task_id=task.pk, user=request.user)
+    except ServiceError as exc:
+        return HttpResponse(str(exc), status=409)
+    url = reverse("task-detail", args=[new.pk])
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
+
+
+# --------------------------------------------------------------------------- review
+
+
+@login_required
+@require_GET
+def review_queue(request):
+    unknown, approvals = selectors.review_queue()
+    return _render(request, "review/queue.html", None, {
+        "unknown": unknown, "approvals": approvals,
+        "lookup_channels": {n for n, c in CHANNELS.items() if c.supports_lookup},
+        "recent": Effect.objects.exclude(resolved_by="").order_by("-updated_at")[:30],
+    })
+
+
+def _effect_row(request, effect, error=""):
+    return _render(request, "review/queue.html", "effect-row", {
+        "effect": effect, "error": error,
+        "lookup_channels": {n for n, c in CHANNELS.items() if c.supports_lookup},
+    }, status=409 if error else 200)
+
+
+@login_required
+@require_POST
+def effect_reconcile_view(request, pk):
+    _require_operator(request)
+    effect = get_object_or_404(Effect, pk=pk)
+    effect = effect_reconcile(effect_id=effect.pk, actor=_actor(request), force=True)
+    if not request.htmx:
+        return redirect("review")
+    return _effect_row(request, effect)
+
+
+@login_required
+@require_POST
+def effect_decide_view(request, pk):
+    _require_operator(request)
+    effect = get_object_or_404(Effect, pk=pk)
+    error = ""
+    try:
+        effect = effect_decide(effect_id=effect.pk, decision=request.POST.get("decision", ""),
+                               reason=request.POST.get("reason", ""), actor=_actor(request))
+    except ReviewError as exc:
+        error = str(exc)
+    if not request.htmx:
+        return redirect("review") if not error else HttpResponse(error, status=409)
+    return _effect_row(request, effect, error)
+
+
+@login_required
+@require_POST
+def item_approval_view(request, pk):
+    _require_operator(request)
+    item = get_object_or_404(Item, pk=pk)
+    error = ""
+    try:
+        item = item_decide_approval(item_id=item.pk, approve=request.POST.get("decision") == "approve",
+                                    reason=request.POST.get("reason", ""), actor=_actor(request))
+    except ServiceError as exc:
+        error = str(exc)
+    if not request.htmx:
+        return redirect("review") if not error else HttpResponse(error, status=409)
+    return _render(request, "review/queue.html", "approval-row", {"item": item, "error": error},
+                   status=409 if error else 200)
+
+
+# --------------------------------------------------------------------------- ledger + metrics
+
+
+@login_required
+@require_GET
+def effect_classes(request):
+    rows = [(spec, CHANNELS[spec.channel]) for spec in ACTIONS.values()]
+    return _render(request, "ledger/actions.html", None, {"rows": rows})
+
+
+@login_required
+@require_GET
+def item_checkpoint(request, pk):
+    item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
+    checkpoint = Checkpoint.objects.filter(item=item).first()
+    return _render(request, "tasks/item.html", None, {
+        "item": item, "checkpoint": checkpoint,
+        "checkpoint_json": json.dumps(checkpoint.snapshot(), indent=2, ensure_ascii=False) if checkpoint else "",
+        "effects": Effect.objects.filter(owner_item=item.ref).order_by("id"),
+        "events": Event.objects.filter(item=item).order_by("id")[:200],
+    })
