@@ -27,12 +27,13 @@ def effects_mark_unknown(*, owner_item: str, actor: str, note: str) -> list[Effe
     old holder's commit (filtered on state=intent) can no longer land.
     """
     changed = []
-    for effect in Effect.objects.select_for_update().filter(owner_item=owner_item, state=EffectState.INTENT):
-        effect.state = EffectState.UNKNOWN
-        effect.last_error = note
-        effect.save(update_fields=["state", "last_error", "updated_at"])
-        record_transition(effect, EffectState.INTENT, "EFFECT_UNKNOWN", actor=actor, note=note)
-        changed.append(effect)
+    with transaction.atomic():
+        for effect in Effect.objects.select_for_update().filter(owner_item=owner_item, state=EffectState.INTENT):
+            effect.state = EffectState.UNKNOWN
+            effect.last_error = note
+            effect.save(update_fields=["state", "last_error", "updated_at"])
+            record_transition(effect, EffectState.INTENT, "EFFECT_UNKNOWN", actor=actor, note=note)
+            changed.append(effect)
     return changed
 
 

@@ -58,7 +58,6 @@ _TICKET_ID_RE = re.compile(r"[A-Za-z0-9._:/#-]+")
 
 _BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-_CSV_DELIMITERS = (",", ";", "\t")
 _DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab"}
 
 _email_validator = EmailValidator()
@@ -508,7 +507,7 @@ def _parse_csv(text: str, errors: _Errors, max_rows: int, file_errors: list[RowE
         data_rows += 1
         if data_rows > max_rows:
             break
-        if False:
+        if len(record) != len(header):
             errors.add(
                 record_no,
                 None,

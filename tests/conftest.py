@@ -1,0 +1,212 @@
+"""Shared fixtures: real Redis, a real sandbox helpdesk process, real RQ
+worker processes against the test database, and named users.
+
+A test that needs something a laptop may lack (Redis, PostgreSQL, Chromium)
+skips with the reason; with TICKETAGENT_REQUIRE_ALL=1 (set by .ci/run) the
+skip is a failure instead.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import connection
+
+from ledger import faults
+from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIRE_ALL = os.environ.get("TICKETAGENT_REQUIRE_ALL") == "1"
+
+
+def skip_or_fail(reason: str):
+    if REQUIRE_ALL:
+        pytest.fail(f"{reason} (TICKETAGENT_REQUIRE_ALL=1 makes this a failure, not a skip)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _disarm_crash_points():
+    yield
+    faults.disarm()
+
+
+# --------------------------------------------------------------------------- redis
+
+
+@pytest.fixture(scope="session")
+def redis_conn():
+    import redis
+
+    conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2)
+    try:
+        conn.ping()
+    except redis.RedisError as exc:
+        skip_or_fail(f"no Redis at {settings.REDIS_URL}: {exc}")
+    return conn
+
+
+@pytest.fixture
+def queue(redis_conn):
+    """The real RQ queue on a Redis database of its own, emptied around each test."""
+    from ticketagent.jobs import get_queue
+
+    redis_conn.flushdb()
+    yield get_queue()
+    redis_conn.flushdb()
+
+
+# --------------------------------------------------------------------------- sandbox
+
+
+@pytest.fixture(scope="session")
+def sandbox_process(tmp_path_factory):
+    proc, url, smtp_port = start_sandbox(tmp_path_factory.mktemp("sandbox"))
+    yield proc, url, smtp_port
+    stop_sandbox(proc)
+
+
+@pytest.fixture
+def sandbox(sandbox_process, settings):
+    """A clean sandbox helpdesk; the channels point at it."""
+    _, url, smtp_port = sandbox_process
+    client = SandboxClient(url)
+    client.reset()
+    settings.HELPDESK_URL = url
+    settings.EMAIL_PORT = smtp_port
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    client.smtp_port = smtp_port
+    yield client
+    client.reset()
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def database_url() -> str:
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+class Workers:
+    """Real `manage.py worker` processes on the test database and queue."""
+
+    def __init__(self, env: dict, log_dir: Path):
+        self.env = env
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen] = []
+
+    def _spawn(self, args: list[str], name: str, extra_env: dict | None = None) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "w")
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env={**self.env, **(extra_env or {})},
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def start(self, n: int = 1, *, extra_env: dict | None = None) -> list[subprocess.Popen]:
+        return [self._spawn(["worker"], "worker", extra_env) for _ in range(n)]
+
+    def start_recovery(self) -> subprocess.Popen:
+        return self._spawn(["recover", "--loop"], "recover")
+
+    def burst(self, timeout: float = 120, extra_env: dict | None = None) -> int:
+        proc = self._spawn(["worker", "--burst"], "burst", extra_env)
+        return proc.wait(timeout=timeout)
+
+    def command(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    @staticmethod
+    def kill(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
+        """Kill the worker and its work-horse (the whole process group)."""
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                self.kill(proc, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill(proc)
+        for proc in self.procs:  # orphaned work-horses live in the same session
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.log_dir.glob("*.log")))
+
+
+@pytest.fixture
+def workers(transactional_db, queue, sandbox, tmp_path):
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "ticketagent.settings_test",
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "RQ_QUEUE": settings.RQ_QUEUE,
+        "HELPDESK_URL": sandbox.base_url,
+        "EMAIL_PORT": str(sandbox.smtp_port),
+        "LEASE_SECONDS": str(settings.LEASE_SECONDS),
+        "HEARTBEAT_SECONDS": str(settings.HEARTBEAT_SECONDS),
+        "OPENAI_API_KEY": settings.OPENAI_API_KEY,
+        "OPENAI_BASE_URL": settings.OPENAI_BASE_URL or "",
+        "OPENAI_MAX_RETRIES": str(settings.OPENAI_MAX_RETRIES),
+        "PYTHONUNBUFFERED": "1",
+    }
+    w = Workers(env, tmp_path)
+    yield w
+    w.stop_all()
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.2, message: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+
+
+# --------------------------------------------------------------------------- users
+
+
+@pytest.fixture
+def alice(db):
+    """An operator."""
+    user = User.objects.create_user("alice", password="alice-pass-123")
+    user.groups.add(Group.objects.get_or_create(name="operators")[0])
+    return user
+
+
+@pytest.fixture
+def bob(db):
+    """A viewer: may look, may not act."""
+    user = User.objects.create_user("bob", password="bob-pass-123")
+    user.groups.add(Group.objects.get_or_create(name="viewers")[0])
+    return user
+
+
+@pytest.fixture
+def staff(db):
+    return User.objects.create_user("sam", password="sam-pass-123", is_staff=True, is_superuser=True)

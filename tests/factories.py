@@ -1,0 +1,23 @@
+import csv
+import io
+
+from ticketagent.services import task_upload
+
+HEADER = ["ticket_id", "customer_email", "customer_name", "subject", "body", "priority"]
+
+
+def csv_batch(n: int, *, prefix="T", subject="Refund for my last invoice", body="I was charged twice, please refund.",
+              priority="normal") -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(HEADER)
+    for i in range(1, n + 1):
+        writer.writerow([f"{prefix}-{i}", f"cust{i}@example.com", f"Customer {i}", subject, body, priority])
+    return out.getvalue().encode()
+
+
+def make_task(n: int = 3, **kwargs):
+    kwargs.setdefault("filename", "batch.csv")
+    data = kwargs.pop("data", None) or csv_batch(n, **{k: kwargs.pop(k) for k in ("subject", "body", "priority")
+                                                       if k in kwargs})
+    return task_upload(data=data, **kwargs)

@@ -1,0 +1,48 @@
+"""Live progress: the fragment polls until the task is final, then says 286."""
+
+import pytest
+from django.urls import reverse
+
+from ticketagent.models import Task, TaskStatus
+
+from ..factories import make_task
+
+pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
+
+HTMX = {"HX-Request": "true"}
+
+
+def test_progress_fragment_polls_while_running_and_answers_286_once_final(client, bob):
+    client.force_login(bob)
+    task = make_task(2)
+    url = reverse("task-progress", args=[task.pk])
+    running = client.get(url, headers=HTMX)
+    assert running.status_code == 200
+    assert 'hx-trigger="every 2s"' in running.content.decode()
+    assert "<html" not in running.content.decode()
+
+    task.items.update(status="done")
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.COMPLETED)
+    final = client.get(url, headers=HTMX)
+    assert final.status_code == 286
+    assert "100%" in final.content.decode()
+
+
+def test_task_pages_render_for_a_viewer_without_action_buttons(client, bob):
+    client.force_login(bob)
+    task = make_task(2)
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.SUSPENDED, status_reason="3 consecutive failures: x")
+    for name, args in [("tasks", []), ("task-detail", [task.pk]), ("review", []), ("effect-classes", []),
+                       ("item-detail", [task.items.first().pk])]:
+        response = client.get(reverse(name, args=args))
+        assert response.status_code == 200, name
+        assert b"Resume" not in response.content and b"Cancel</button>" not in response.content
+    assert b"3 consecutive failures" in client.get(reverse("tasks")).content
+
+
+def test_task_list_fragment(client, bob):
+    client.force_login(bob)
+    make_task(1)
+    response = client.get(reverse("tasks"), headers=HTMX)
+    assert response.status_code == 200
+    assert response.content.decode().lstrip().startswith("<table")

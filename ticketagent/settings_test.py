@@ -1,0 +1,21 @@
+"""Settings for the test suite: the real settings with test-friendly defaults.
+
+Worker processes started by tests use this module too (DJANGO_SETTINGS_MODULE).
+"""
+
+import os
+
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("RQ_QUEUE", "ticketagent-test")
+os.environ.setdefault("LEASE_SECONDS", "3")
+os.environ.setdefault("HEARTBEAT_SECONDS", "0.5")
+os.environ.setdefault("RECOVER_INTERVAL_SECONDS", "0.5")
+os.environ.setdefault("REQUEUE_GRACE_SECONDS", "2")
+os.environ.setdefault("HELPDESK_READ_TIMEOUT", "2")
+os.environ.setdefault("HELPDESK_CONNECT_TIMEOUT", "1")
+os.environ.setdefault("EMAIL_TIMEOUT", "2")
+os.environ.setdefault("OPENAI_API_KEY", "")
+
+from ticketagent.settings import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
