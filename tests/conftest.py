@@ -129,12 +129,20 @@ class Workers:
                               capture_output=True, text=True, timeout=timeout)
 
     @staticmethod
-    def kill(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
-        """Kill the worker and its work-horse (the whole process group)."""
+    def kill(proc: subprocess.Popen, sig=signal.SIGKILL, *, horse: bool = True) -> None:
+        """Kill the worker and (unless horse=False) its work-horse, which rq
+        puts in a session of its own, so a group kill alone misses it."""
+        import psutil
+
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
+            children = psutil.Process(proc.pid).children(recursive=True) if horse else []
+        except psutil.NoSuchProcess:
+            children = []
+        for p in [psutil.Process(proc.pid), *children] if proc.poll() is None else children:
+            try:
+                p.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
         proc.wait(timeout=10)
 
     def stop_all(self) -> None:
@@ -146,11 +154,23 @@ class Workers:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill(proc)
-        for proc in self.procs:  # orphaned work-horses live in the same session
+        for orphan in self.orphans():
+            orphan.kill()
+
+    def orphans(self):
+        """Work-horses left behind by killed workers (reparented to init)."""
+        import psutil
+
+        mine = {str(self.log_dir)}
+        found = []
+        for p in psutil.process_iter(["cmdline", "environ"]):
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+                env = p.info["environ"] or {}
+            except (psutil.AccessDenied, psutil.NoSuchProcess):
+                continue
+            if env.get("TICKETAGENT_TEST_RUN") in mine:
+                found.append(p)
+        return found
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.log_dir.glob("*.log")))
@@ -172,6 +192,7 @@ def workers(transactional_db, queue, sandbox, tmp_path):
         "OPENAI_BASE_URL": settings.OPENAI_BASE_URL or "",
         "OPENAI_MAX_RETRIES": str(settings.OPENAI_MAX_RETRIES),
         "PYTHONUNBUFFERED": "1",
+        "TICKETAGENT_TEST_RUN": str(tmp_path),
     }
     w = Workers(env, tmp_path)
     yield w

@@ -136,6 +136,16 @@ def _ticket_text(ticket: dict) -> str:
                       ensure_ascii=False)
 
 
+def _validation_summary(exc: ValidationError) -> str:
+    """A short, operator-readable account of a schema mismatch (no pydantic URLs)."""
+    parts = []
+    for err in exc.errors()[:4]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "answer"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    more = exc.error_count() - len(parts)
+    return f"{exc.title}: " + "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
 class OpenAIModel:
     def __init__(self):
         import httpx2
@@ -162,50 +172,87 @@ class OpenAIModel:
             return ModelError("connection", "could not reach the model API")
         if isinstance(exc, (o.AuthenticationError, o.PermissionDeniedError)):
             return ModelError("auth", f"the model API refused the credentials (HTTP {exc.status_code})")
+        if isinstance(exc, o.APIStatusError) and exc.status_code == 408:
+            return ModelError("timeout", "the model API timed out the request (HTTP 408)")
         if isinstance(exc, o.InternalServerError) or (
-                isinstance(exc, o.APIStatusError) and exc.status_code >= 500):
+                isinstance(exc, o.APIStatusError) and (exc.status_code >= 500 or exc.status_code == 409)):
             return ModelError("server", f"the model API failed (HTTP {exc.status_code})")
         if isinstance(exc, o.APIStatusError):
             return ModelError("bad_request", f"the model API rejected the request (HTTP {exc.status_code})")
-        if isinstance(exc, (ValidationError, o.LengthFinishReasonError, o.ContentFilterFinishReasonError,
-                            ValueError)):
+        if isinstance(exc, ValidationError):
+            return ModelError("schema", f"the model's answer did not match the schema: {_validation_summary(exc)}")
+        if isinstance(exc, o.LengthFinishReasonError):
+            return ModelError("schema", "the model's answer was cut off (token limit) before it matched the schema")
+        if isinstance(exc, o.ContentFilterFinishReasonError):
+            return ModelError("schema", "the model's answer was stopped by the content filter")
+        if isinstance(exc, ValueError):
             return ModelError("schema", f"the model's answer did not match the schema: {str(exc)[:300]}")
         return ModelError("server", f"{type(exc).__name__}: {str(exc)[:300]}")
 
     def _parse(self, messages: list, schema, *, tools: Tools | None = None):
-        """One structured answer; a schema mismatch is retried once."""
+        """One structured answer.
+
+        The SDK itself retries 408/409/429/5xx, timeouts and dropped
+        connections (OPENAI_MAX_RETRIES, honouring `retry-after`); this loop
+        adds one retry for an answer that does not match the schema, and runs
+        the read-only tools the model asks for. A model still asking for tools
+        on its AGENT_MAX_STEPS-th turn stops the step with kind "step_limit".
+        """
         schema_failures = 0
         turns = 0
+        kwargs = {"tools": TOOL_SPECS} if tools is not None else {}
         while True:
             turns += 1
-            if turns > self.max_steps:
-                raise ModelError("step_limit", f"step limit: more than {self.max_steps} model turns")
             try:
-                kwargs = {"tools": TOOL_SPECS} if tools is not None else {}
                 completion = self.client.chat.completions.parse(
                     model=self.model, messages=messages, response_format=schema, **kwargs)
+                if not completion.choices:
+                    raise ValueError("the model API returned no choices")
                 message = completion.choices[0].message
-                if message.tool_calls and tools is not None:
-                    messages.append({"role": "assistant", "content": message.content,
-                                     "tool_calls": [tc.model_dump(exclude_none=True) for tc in message.tool_calls]})
-                    for call in message.tool_calls:
-                        try:
-                            arguments = json.loads(call.function.arguments or "{}")
-                        except ValueError:
-                            arguments = {}
-                        result = tools.run(call.function.name, arguments if isinstance(arguments, dict) else {})
-                        messages.append({"role": "tool", "tool_call_id": call.id,
-                                         "content": json.dumps(result, ensure_ascii=False)[:8000]})
+                if message.tool_calls:
+                    if tools is None:
+                        raise ValueError("the model asked for a tool where none is offered")
+                    if turns >= self.max_steps:
+                        raise ModelError("step_limit", f"step limit: the model still asked for tools after "
+                                                       f"{turns} turns (AGENT_MAX_STEPS={self.max_steps})")
+                    self._run_tools(messages, message, tools)
                     continue
                 if message.parsed is None:
-                    raise ValueError(message.refusal or "the model returned no structured answer")
+                    raise ValueError(f"the model refused: {message.refusal}" if message.refusal
+                                     else "the model returned no structured answer")
                 return message.parsed
+            except ModelError:
+                raise
             except (ValidationError, ValueError) as exc:
                 schema_failures += 1
                 if schema_failures > 1:
                     raise self._classify(exc) from None
+                log.info("model answer did not match %s, asking once more: %s", schema.__name__,
+                         self._classify(exc).message)
             except self._openai.OpenAIError as exc:
                 raise self._classify(exc) from None
+
+    @staticmethod
+    def _run_tools(messages: list, message, tools: Tools) -> None:
+        """Echo the assistant's tool calls and append each tool's result.
+
+        The echo is built field by field: the SDK's parsed tool-call objects carry
+        client-side extras (`parsed_arguments`) that strict servers refuse.
+        """
+        calls = [c for c in message.tool_calls if getattr(c, "type", "function") == "function"]
+        if not calls:
+            raise ValueError("the model asked for a kind of tool this agent does not run")
+        messages.append({"role": "assistant", "content": message.content, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in calls]})
+        for call in calls:
+            try:
+                arguments = json.loads(call.function.arguments or "{}")
+            except ValueError:
+                arguments = {}
+            result = tools.run(call.function.name, arguments if isinstance(arguments, dict) else {})
+            messages.append({"role": "tool", "tool_call_id": call.id,
+                             "content": json.dumps(result, ensure_ascii=False, default=str)[:8000]})
 
     def triage(self, ticket):
         return self._parse([{"role": "system", "content": SYSTEM + " Triage the ticket."},

@@ -469,7 +469,9 @@ def _lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | 
             task.save()
             event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status})
         event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_STARTED, actor=item.lease_owner,
-                     payload={"attempt": item.attempt, "cursor": checkpoint.cursor})
+                     payload={"attempt": item.attempt, "cursor": checkpoint.cursor,
+                              "plan_version": checkpoint.plan_version,
+                              "schema_version": checkpoint.schema_version, "input_hash": checkpoint.input_hash})
         return "", item, checkpoint
 
 

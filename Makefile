@@ -1,0 +1,72 @@
+# Crash-safe ticket agents -- developer entry points.
+#
+#   make run          the whole stack (web, workers, recovery sweep, sandbox
+#                     helpdesk, Redis if needed); Ctrl-C stops everything
+#   make test         pytest on PostgreSQL if one is around, else SQLite
+#   make test-sqlite  the smoke subset (-m smoke) on SQLite
+#   make lint         ruff check .
+#   make worker | recover | sandbox | bench    one piece at a time
+#   make clean        remove var/ (local databases, logs) and the install stamp
+#
+# Everything runs with .venv/bin/python; the venv is created on first use and
+# `pip install -r requirements.txt` re-runs only when requirements.txt is
+# newer than .venv/.installed. Extra pytest arguments: make test PYTEST_ARGS="-k upload -x".
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+# The interpreter that creates the venv: python3.11, else python3 (>= 3.10).
+BOOTSTRAP_PYTHON ?= $(shell for p in python3.11 python3; do \
+	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
+
+.PHONY: help venv run test test-sqlite lint worker recover sandbox bench clean
+
+help:
+	@sed -n '3,13p' Makefile | sed 's/^# \{0,1\}//'
+
+$(PY):
+	@test -n "$(BOOTSTRAP_PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.10) on PATH to create $(VENV)" >&2; exit 1; }
+	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
+
+$(STAMP): requirements.txt | $(PY)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(PY) scripts/run.py
+
+test: $(STAMP)
+	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
+
+test-sqlite: $(STAMP)
+	$(PY) scripts/run_tests.py --sqlite -m smoke $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+worker: $(STAMP)
+	$(PY) scripts/run.py manage worker
+
+recover: $(STAMP)
+	$(PY) scripts/run.py manage recover --loop
+
+sandbox: $(STAMP)
+	$(PY) scripts/run.py manage sandbox
+
+bench: $(STAMP)
+	@if $(PY) scripts/run.py manage help bench >/dev/null 2>&1; then \
+		$(PY) scripts/run.py manage bench; \
+	else \
+		echo "not yet: there is no manage.py bench command"; \
+	fi
+
+clean:
+	rm -rf var/
+	rm -f $(STAMP)

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""``make test`` / ``make test-sqlite``: pick the database and a Redis, run pytest.
+
+    run_tests.py [--sqlite] [pytest args...]
+
+Database (exported as DATABASE_URL for pytest):
+    default    scripts/pick_test_db.py: TEST_DATABASE_URL, else a local
+               PostgreSQL at 127.0.0.1:5432, else SQLite (DATABASE_URL unset)
+    --sqlite   SQLite, always (TEST_DATABASE_URL and DATABASE_URL ignored)
+
+Redis: REDIS_URL if it answers, else redis://127.0.0.1:6379 if it answers
+(REDIS_URL left as it was: the tests default to db 15 there), else a
+throwaway redis-server on a free port for this run only (exported as
+REDIS_URL=redis://127.0.0.1:<port>/15, stopped afterwards). See
+scripts/ensure_redis.py for TICKETAGENT_REDIS_SERVER.
+
+.env is deliberately not read: tests only see the environment you give them.
+The exit status is pytest's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ensure_redis  # noqa: E402
+import pick_test_db  # noqa: E402
+
+ROOT = ensure_redis.ROOT
+TEST_REDIS_URL = "redis://127.0.0.1:6379/15"
+_PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _ini_names_settings() -> bool:
+    """True if a pytest config file in the repo sets DJANGO_SETTINGS_MODULE."""
+    for name in _PYTEST_CONFIGS:
+        path = ROOT / name
+        try:
+            if "DJANGO_SETTINGS_MODULE" in path.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def main(argv: list[str]) -> int:
+    sqlite = False
+    if argv and argv[0] == "--sqlite":
+        sqlite, argv = True, argv[1:]
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+
+    env = dict(os.environ)
+    var = ensure_redis.var_dir()
+    var.mkdir(parents=True, exist_ok=True)
+
+    # --- database ---
+    if sqlite:
+        env.pop("TEST_DATABASE_URL", None)
+        env["DATABASE_URL"] = f"sqlite:///{var / 'test-smoke.sqlite3'}"
+        say("test database: SQLite (smoke run)")
+    else:
+        url, description = pick_test_db.pick()
+        say(f"test database: {description}")
+        if url:
+            env["DATABASE_URL"] = url
+        else:
+            env.pop("DATABASE_URL", None)
+
+    # pytest-django prefers the environment over the ini file, so only fill
+    # DJANGO_SETTINGS_MODULE in when no pytest config names one.
+    if "DJANGO_SETTINGS_MODULE" not in env and not _ini_names_settings():
+        env["DJANGO_SETTINGS_MODULE"] = "ticketagent.settings"
+
+    # --- redis ---
+    redis_proc = None
+    wanted = env.get("REDIS_URL")
+    forced = ensure_redis.redis_choice() != "auto"
+    if not forced and wanted and ensure_redis.ping(wanted):
+        say(f"test redis: REDIS_URL ({ensure_redis.redacted(wanted)})")
+    elif not forced and not wanted and ensure_redis.ping(TEST_REDIS_URL):
+        say(f"test redis: {TEST_REDIS_URL} (local server)")
+    else:
+        if wanted and not forced:
+            say(f"test redis: REDIS_URL={ensure_redis.redacted(wanted)} does not answer; starting a throwaway server")
+        try:
+            binary = ensure_redis.find_server_binary()
+            redis_proc, url, _ = ensure_redis.start_server(binary, workdir=var / "redis-test", db=15)
+        except RuntimeError as exc:
+            say(f"test redis: {exc}")
+            return 1
+        env["REDIS_URL"] = url
+        say(f"test redis: throwaway {binary} at {url}")
+
+    # --- pytest ---
+    cmd = [sys.executable, "-m", "pytest", *argv]
+    proc = None
+
+    def _forward(signum, frame):
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, _forward)
+    try:
+        proc = subprocess.Popen(cmd, cwd=str(ROOT), env=env)
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                # Ctrl-C reached pytest too (same process group); let it finish.
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc is not None and proc.poll() is None:
+            ensure_redis.stop_process(proc)
+        if redis_proc is not None:
+            ensure_redis.stop_process(redis_proc)
+    if rc < 0:  # killed by a signal
+        rc = 128 - rc
+    if rc == 5:
+        hint = " -- are any tests marked `smoke`?" if "smoke" in argv else ""
+        say(f"pytest collected no tests (exit status 5){hint}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,87 @@
+"""Recovery with real processes: SIGKILL, FLUSHALL, and the sweep."""
+
+import time
+
+import pytest
+from django.db.models import Count
+
+from ledger.models import Effect, EffectState
+from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.replay import task_replay_diff
+
+from ..conftest import wait_for
+from ..factories import make_task
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def ledger_matches_sandbox(task, sandbox):
+    committed = set(Effect.objects.filter(owner_task=str(task.pk), state=EffectState.COMMITTED)
+                    .values_list("idempotency_key", flat=True))
+    delivered = {}
+    for d in sandbox.deliveries():
+        delivered[d["key"]] = delivered.get(d["key"], 0) + 1
+    assert set(delivered) == committed
+    assert all(n == 1 for n in delivered.values()), delivered
+
+
+def test_a_sigkilled_worker_s_item_completes_elsewhere_within_10s(workers, sandbox):
+    sandbox.set_faults(latency_ms=1500, honor_keys=False)
+    task = make_task(1)
+    item = task.items.get()
+    [victim] = workers.start(1)
+    wait_for(lambda: Effect.objects.filter(owner_item=str(item.pk), state=EffectState.INTENT).exists(),
+             timeout=30, message="the worker to be inside an effect call")
+    workers.kill(victim)
+    killed_at = time.monotonic()
+    sandbox.clear_faults()
+    sandbox.set_faults(honor_keys=False)
+    workers.start(1)
+    workers.start_recovery()
+    wait_for(lambda: Item.objects.get(pk=item.pk).status == ItemStatus.DONE, timeout=20,
+             message="the item to be done elsewhere")
+    assert time.monotonic() - killed_at < 10, workers.logs()
+    assert Event.objects.filter(item=item, type=EventType.RECOVERED).exists()
+    ledger_matches_sandbox(task, sandbox)
+    assert task_replay_diff(task.pk) == []
+
+
+def test_an_orphaned_work_horse_keeps_its_lease_and_nothing_runs_twice(workers, sandbox):
+    """SIGKILL on the parent worker only: rq's work-horse runs on as an orphan
+    and rq may hand the job to another worker. The lease (kept alive by the
+    orphan's heartbeat) admits only one of them."""
+    sandbox.set_faults(latency_ms=800, honor_keys=False)
+    task = make_task(1)
+    item = task.items.get()
+    [victim] = workers.start(1)
+    wait_for(lambda: Effect.objects.filter(owner_item=str(item.pk)).exists(), timeout=30,
+             message="the worker to reach the effects")
+    workers.kill(victim, horse=False)
+    workers.start(1)
+    workers.start_recovery()
+    from ticketagent import jobs
+
+    jobs.get_queue().enqueue(jobs.process_item, item.pk, item.attempt, job_id=f"item-{item.pk}-rerun")
+    wait_for(lambda: Item.objects.get(pk=item.pk).status == ItemStatus.DONE, timeout=30, message="the item")
+    assert Event.objects.filter(item=item, type=EventType.ITEM_STARTED).count() == 1
+    ledger_matches_sandbox(task, sandbox)
+
+
+def test_flushall_mid_task_loses_nothing_and_runs_nothing_twice(workers, sandbox, redis_conn):
+    sandbox.set_faults(latency_ms=60)
+    task = make_task(20)
+    workers.start(1)
+    wait_for(lambda: Item.objects.filter(task=task, status=ItemStatus.DONE).count() >= 3, timeout=60,
+             message="a few items to finish")
+    redis_conn.flushall()
+    workers.start_recovery()
+    wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=90,
+             message="the task to complete after FLUSHALL")
+    assert task.items.filter(status=ItemStatus.DONE).count() == 20
+    started = dict(Event.objects.filter(task=task, type=EventType.ITEM_DONE).values_list("item_id")
+                   .annotate(n=Count("id")).values_list("item_id", "n"))
+    assert len(started) == 20 and set(started.values()) == {1}, "every item finished exactly once"
+    ledger_matches_sandbox(task, sandbox)
+    assert sandbox.counts()["duplicates"] == 0
+    assert task_replay_diff(task.pk) == []
+

@@ -1,0 +1,81 @@
+"""Rebuild a task's checkpoints and ledger state from its event log alone,
+and compare with the tables. Any difference means a state change was made
+without its event (or the other way round)."""
+
+from collections.abc import Iterable
+
+from ledger.models import BlockedDuplicate, Effect
+from ticketagent.models import Blob, Checkpoint, Event
+
+EFFECT_FIELDS = ("key", "slot", "action", "effect_class", "channel", "state", "attempts", "step", "payload_hash",
+                 "external_ref", "resolved_by", "decision", "decided_by")
+CHECKPOINT_FIELDS = ("plan_version", "schema_version", "cursor", "input_hash", "step_outputs", "retry_count")
+
+
+def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).content) -> dict:
+    """`events`: dicts with type, payload and item (as exported in JSONL)."""
+    checkpoints: dict[int, dict] = {}
+    effects: dict[str, dict] = {}
+    blocked = 0
+    for event in events:
+        kind, payload, item = event["type"], event["payload"], event.get("item")
+        if kind == "ITEM_STARTED" and item not in checkpoints and "plan_version" in payload:
+            checkpoints[item] = {"plan_version": payload["plan_version"], "schema_version": payload["schema_version"],
+                                 "cursor": payload["cursor"], "input_hash": payload["input_hash"],
+                                 "step_outputs": {}, "retry_count": 0}
+        elif kind == "STEP_DONE":
+            cp = checkpoints[item]
+            cp["step_outputs"] = {**cp["step_outputs"], payload["step"]: blob(payload["output_ref"])}
+            cp["cursor"] = payload["cursor"]
+        elif kind == "RESUMED":
+            for item_id in payload.get("items", []):
+                if item_id in checkpoints:
+                    checkpoints[item_id]["retry_count"] += 1
+        elif kind.startswith("EFFECT_") or kind == "REVIEWED":
+            if kind == "EFFECT_BLOCKED":
+                blocked += 1
+            effects[payload["key"]] = {f: payload.get(f) for f in EFFECT_FIELDS}
+    return {"checkpoints": checkpoints, "effects": effects, "blocked_duplicates": blocked}
+
+
+def task_events(task_id: int) -> Iterable[dict]:
+    for e in Event.objects.filter(task_id=task_id).order_by("id").iterator(chunk_size=5000):
+        yield {"type": e.type, "payload": e.payload, "item": e.item_id}
+
+
+def tables_state(task_id: int) -> dict:
+    checkpoints = {
+        cp.item_id: {f: getattr(cp, f) for f in CHECKPOINT_FIELDS}
+        for cp in Checkpoint.objects.filter(task_id=task_id)
+    }
+    effects = {}
+    for e in Effect.objects.filter(owner_task=str(task_id)):
+        row = {f: getattr(e, f, None) for f in EFFECT_FIELDS}
+        row["key"], row["step"] = e.idempotency_key, e.owner_step
+        effects[e.idempotency_key] = row
+    blocked = BlockedDuplicate.objects.filter(effect__owner_task=str(task_id)).count()
+    return {"checkpoints": checkpoints, "effects": effects, "blocked_duplicates": blocked}
+
+
+def diff(replayed: dict, tables: dict) -> list[str]:
+    out = []
+    for section in ("checkpoints", "effects"):
+        a, b = replayed[section], tables[section]
+        for key in sorted(set(a) | set(b), key=str):
+            if key not in a:
+                out.append(f"{section} {key}: in the tables, not in the events")
+            elif key not in b:
+                out.append(f"{section} {key}: in the events, not in the tables")
+            else:
+                for field in a[key]:
+                    if a[key][field] != b[key].get(field):
+                        out.append(f"{section} {key} {field}: events say {a[key][field]!r}, "
+                                   f"tables say {b[key].get(field)!r}")
+    if replayed["blocked_duplicates"] != tables["blocked_duplicates"]:
+        out.append(f"blocked duplicates: events say {replayed['blocked_duplicates']}, "
+                   f"tables say {tables['blocked_duplicates']}")
+    return out
+
+
+def task_replay_diff(task_id: int) -> list[str]:
+    return diff(replay(task_events(task_id)), tables_state(task_id))
