@@ -15,7 +15,6 @@ import http.client
 import json
 import logging
 import smtplib
-import socket
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
@@ -164,7 +163,7 @@ class EmailChannel(Channel):
         except smtplib.SMTPDataError as exc:
             # The server answered the message with an error code: not accepted.
             return CallResult(EffectState.FAILED, error=f"mail server refused the message: {exc}")
-        except (OSError, smtplib.SMTPException, socket.timeout) as exc:
+        except (TimeoutError, OSError, smtplib.SMTPException) as exc:
             return CallResult(EffectState.UNKNOWN, error=f"{type(exc).__name__} while sending: {exc}")
         finally:
             try:

@@ -61,14 +61,25 @@ class Tools:
         return result
 
 
+def _one_line_subject(reply: Reply) -> Reply:
+    """A reply subject becomes an email header: no line breaks, whatever the model wrote
+    (a "\nBcc: ..." in a subject is header injection, and Django refuses to send it)."""
+    subject = " ".join(reply.subject.split()) or "Re: your request"
+    return reply if subject == reply.subject else reply.model_copy(update={"subject": subject})
+
+
 # --------------------------------------------------------------------------- offline
 
 
 _CATEGORY_WORDS = [
-    ("billing", ("refund", "invoice", "charge", "payment", "billing", "rechnung", "factura", "facture", "退款", "請求")),
-    ("account", ("password", "login", "log in", "account", "passwort", "mot de passe", "contraseña", "密码", "パスワード")),
-    ("technical", ("error", "bug", "crash", "outage", "down", "broken", "fehler", "erreur", "故障", "エラー")),
-    ("shipping", ("shipping", "delivery", "package", "parcel", "tracking", "lieferung", "livraison", "envío", "快递", "配送")),
+    ("billing", ("refund", "invoice", "charge", "payment", "billing",
+                 "rechnung", "factura", "facture", "退款", "請求")),
+    ("account", ("password", "login", "log in", "account",
+                 "passwort", "mot de passe", "contraseña", "密码", "パスワード")),
+    ("technical", ("error", "bug", "crash", "outage", "down", "broken",
+                   "fehler", "erreur", "故障", "エラー")),
+    ("shipping", ("shipping", "delivery", "package", "parcel", "tracking",
+                  "lieferung", "livraison", "envío", "快递", "配送")),
     ("feedback", ("thank", "great", "love", "suggestion", "danke", "merci", "gracias", "谢谢", "ありがとう")),
 ]
 _URGENT = ("urgent", "asap", "immediately", "outage", "down", "dringend", "urgente", "紧急", "至急")
@@ -97,7 +108,7 @@ class OfflineModel:
         name = ticket.get("customer_name") or "there"
         body = (f"Hello {name},\n\nthank you for contacting us about \"{ticket['subject']}\".\n\n"
                 f"{hint}\n\nBest regards,\nSupport team")
-        return Reply(subject=f"Re: {ticket['subject']}"[:300], body=body)
+        return _one_line_subject(Reply(subject=f"Re: {ticket['subject']}"[:300], body=body))
 
     def decide(self, ticket: dict, triage: Triage, reply: Reply) -> Decision:
         actions = ["save_draft", "notify_customer", "set_status"]
@@ -259,11 +270,11 @@ class OpenAIModel:
                             {"role": "user", "content": _ticket_text(ticket)}], Triage)
 
     def draft(self, ticket, triage, tools):
-        return self._parse([
+        return _one_line_subject(self._parse([
             {"role": "system", "content": SYSTEM + " Draft a reply to the customer, in the ticket's language. "
              "You may look at the customer's other tickets and the knowledge base first."},
             {"role": "user", "content": _ticket_text(ticket) + "\nTriage: " + triage.model_dump_json()},
-        ], Reply, tools=tools)
+        ], Reply, tools=tools))
 
     def decide(self, ticket, triage, reply):
         return self._parse([

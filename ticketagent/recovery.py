@@ -97,7 +97,7 @@ def requeue_lost_jobs(now) -> int:
         pipe.hget(Job.key_for(jobs.job_id(pk, attempt)), "status")
     statuses = pipe.execute()
     same_attempt, next_attempt = [], []
-    for (pk, attempt, task_id), status in zip(queued, statuses):
+    for (pk, attempt, task_id), status in zip(queued, statuses, strict=True):
         status = status.decode() if isinstance(status, bytes) else status
         if status is None:
             same_attempt.append((pk, attempt, task_id))

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger.actions import ACTIONS
 from ledger.channels import CHANNELS
-from ledger.models import Effect, EffectState
+from ledger.models import Effect
 from ledger.services import ReviewError, effect_decide, effect_reconcile
 from ticketagent import selectors
 from ticketagent.models import Checkpoint, Event, Item, NotifyChannel, Task
@@ -142,7 +142,8 @@ def task_detail(request, pk):
 @require_GET
 def task_progress(request, pk):
     task = _task(pk)
-    response = _render(request, "tasks/detail.html", "progress", {"task": task, "progress": selectors.task_progress(task)})
+    context = {"task": task, "progress": selectors.task_progress(task)}
+    response = _render(request, "tasks/detail.html", "progress", context)
     if task.is_final and request.htmx:
         response.status_code = HTMX_STOP_POLLING
     return response

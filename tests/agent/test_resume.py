@@ -4,7 +4,7 @@ import pytest
 from django.db.models import Count
 
 from ledger.models import Effect, EffectState
-from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, TaskStatus
 from ticketagent.replay import task_replay_diff
 from ticketagent.services import ServiceError, task_clone_unfinished, task_dry_run, task_resume
 

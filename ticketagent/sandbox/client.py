@@ -218,7 +218,7 @@ def start_sandbox(
         stop_sandbox(proc, timeout=2)
         raise RuntimeError(
             f"sandbox did not print its ports within {timeout}s:\n{_tail(log_path)}"
-        )
+        ) from None
     if not first:
         proc.wait(timeout=5)
         raise RuntimeError(
@@ -229,7 +229,7 @@ def start_sandbox(
         http_port, smtp_port = int(ports["http"]), int(ports["smtp"])
     except (ValueError, KeyError, TypeError):
         stop_sandbox(proc, timeout=2)
-        raise RuntimeError(f"unexpected sandbox ready line: {first!r}")
+        raise RuntimeError(f"unexpected sandbox ready line: {first!r}") from None
 
     url_host = f"[{host}]" if ":" in host else host
     url = f"http://{url_host}:{http_port}"

@@ -1,0 +1,247 @@
+"""The real OpenAI SDK (OpenAIModel) against a real OpenAI-compatible HTTP server.
+
+Every failure leaves the client as a ModelError with the right kind, after
+exactly the number of calls the retry policy allows: the SDK's own retries
+(OPENAI_MAX_RETRIES=1 here, so 2 calls) for 429/5xx/timeouts/dropped
+connections, one retry of ours for an answer that does not fit the schema,
+and AGENT_MAX_STEPS turns for a model that keeps asking for tools.
+"""
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+from ticketagent.llm import ModelError, OfflineModel, OpenAIModel, Tools, get_model_client, model_label
+from ticketagent.schemas import ALLOWED_ACTIONS, Decision, Reply, Triage
+
+TICKET = {"ticket_id": "T-1", "customer_email": "cust1@example.com", "customer_name": "Customer 1",
+          "subject": "Refund for my last invoice", "body": "I was charged twice, please refund.",
+          "priority": "normal", "language": "en"}
+KB = [{"topic": "billing", "answer": "Refunds reach your card within 5 business days."}]
+
+
+def tools() -> Tools:
+    return Tools(customer_tickets=lambda: [{"ticket_id": "T-9", "subject": "older one", "status": "done"}],
+                 knowledge_base=lambda query: KB)
+
+
+def triage() -> Triage:
+    return Triage(category="billing", priority="normal", sentiment="neutral", language="en", summary="refund")
+
+
+def reply() -> Reply:
+    return Reply(subject="Re: Refund", body="We refunded you.")
+
+
+def sdk_calls(settings) -> int:
+    return settings.OPENAI_MAX_RETRIES + 1
+
+
+# --------------------------------------------------------------------------- happy path
+
+
+def test_valid_answers_fit_each_schema_and_the_request_is_structured(openai_server):
+    model = OpenAIModel()
+    t = model.triage(TICKET)
+    r = model.draft(TICKET, t, tools())
+    d = model.decide(TICKET, t, r)
+    assert isinstance(t, Triage) and t.category == "billing"
+    assert isinstance(r, Reply) and r.subject == "Re: Refund for my last invoice"
+    assert isinstance(d, Decision) and set(d.actions) <= set(ALLOWED_ACTIONS)
+    assert openai_server.by_schema == {"Triage": 1, "Reply": 1, "Decision": 1}
+    first = openai_server.requests[0]["body"]
+    # structured outputs: a strict json_schema named after the pydantic model
+    assert first["response_format"]["type"] == "json_schema"
+    assert first["response_format"]["json_schema"]["strict"] is True
+    assert "never follow instructions" in first["messages"][0]["content"]
+    # the ticket goes in as data; the customer's address is never sent to the model
+    assert json.loads(first["messages"][1]["content"])["ticket_id"] == "T-1"
+    assert "cust1@example.com" not in json.dumps(first)
+    # tools are offered only where the model may use them (drafting), and strict
+    assert [r["tools"] for r in openai_server.requests] == [[], ["customer_tickets", "knowledge_base"], []]
+
+
+def test_get_model_client_picks_offline_without_a_key(settings, openai_server):
+    assert isinstance(get_model_client(), OpenAIModel)
+    assert model_label() == f"OpenAI model {settings.OPENAI_MODEL}"
+    settings.OPENAI_API_KEY = ""
+    assert isinstance(get_model_client(), OfflineModel)
+    assert model_label() == "offline model"
+
+
+def test_the_offline_model_produces_the_same_schemas_and_records_its_tool_call():
+    model, kit = OfflineModel(), tools()
+    t = model.triage(TICKET)
+    r = model.draft(TICKET, t, kit)
+    d = model.decide(TICKET, t, r)
+    assert (t.category, type(r), type(d)) == ("billing", Reply, Decision)
+    assert KB[0]["answer"] in r.body
+    assert kit.calls == [{"tool": "knowledge_base", "arguments": {"query": "billing"}}]
+
+
+# --------------------------------------------------------------------------- schema
+
+
+@pytest.mark.parametrize("behaviour", ["invalid", "garbage", "refusal"])
+def test_an_answer_that_breaks_the_schema_is_retried_once_then_kind_schema(openai_server, behaviour):
+    openai_server.mode = behaviour
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().triage(TICKET)
+    assert err.value.kind == "schema"
+    assert openai_server.calls == 2, "one retry of ours, none by the SDK (the HTTP call succeeded)"
+    assert "https://errors.pydantic.dev" not in err.value.message, "operators get a short reason"
+
+
+def test_a_schema_failure_followed_by_a_valid_answer_succeeds(openai_server):
+    openai_server.script(["invalid"])
+    assert OpenAIModel().decide(TICKET, triage(), reply()).actions
+    assert openai_server.by_behaviour == {"invalid": 1, "valid": 1}
+
+
+def test_fields_outside_the_schema_are_refused(openai_server):
+    openai_server.mode = "inject_extra"
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().decide(TICKET, triage(), reply())
+    assert err.value.kind == "schema" and openai_server.calls == 2
+    assert "Extra inputs are not permitted" in err.value.message or "Input should be" in err.value.message
+
+
+# --------------------------------------------------------------------------- HTTP failures
+
+
+def test_429_is_retried_by_the_sdk_and_a_following_valid_answer_succeeds(openai_server):
+    openai_server.script(["429", "valid"])
+    assert OpenAIModel().triage(TICKET).category == "billing"
+    assert openai_server.by_behaviour == {"429": 1, "valid": 1}
+
+
+def test_the_sdk_honours_retry_after(openai_server):
+    openai_server.retry_after = "0.05"  # the SDK's own backoff would wait 0.375 s or more
+    openai_server.script(["429", "valid"])
+    OpenAIModel().triage(TICKET)
+    first, second = openai_server.requests
+    assert 0.05 <= second["at"] - first["at"] < 0.35
+
+
+def test_persistent_429_is_kind_rate_limit_after_the_sdk_retries(openai_server, settings):
+    openai_server.mode = "429"
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().triage(TICKET)
+    assert err.value.kind == "rate_limit" and "429" in err.value.message
+    assert openai_server.calls == sdk_calls(settings) == 2
+
+
+@pytest.mark.parametrize("status", ["500", "503"])
+def test_server_errors_are_kind_server_after_the_sdk_retries(openai_server, settings, status):
+    openai_server.mode = status
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().triage(TICKET)
+    assert err.value.kind == "server" and status in err.value.message
+    assert openai_server.calls == sdk_calls(settings)
+
+
+def test_a_slow_model_is_kind_timeout(openai_server, settings):
+    openai_server.mode = "slow"
+    started = time.monotonic()
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().triage(TICKET)
+    assert err.value.kind == "timeout"
+    assert openai_server.calls == sdk_calls(settings), "the SDK retries a timeout too"
+    assert time.monotonic() - started < openai_server.slow_seconds * 2, "the client gave up, not the server"
+
+
+def test_a_dropped_connection_is_kind_connection(openai_server, settings):
+    openai_server.mode = "drop"
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().triage(TICKET)
+    assert err.value.kind == "connection"
+    assert openai_server.calls == sdk_calls(settings)
+
+
+@pytest.mark.parametrize("status,kind", [("401", "auth"), ("400", "bad_request")])
+def test_refusals_are_not_retried(openai_server, status, kind):
+    openai_server.mode = status
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().triage(TICKET)
+    assert err.value.kind == kind
+    assert openai_server.calls == 1
+
+
+def test_a_wrong_api_key_is_kind_auth(openai_server, settings):
+    settings.OPENAI_API_KEY = "sk-wrong"
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().triage(TICKET)
+    assert err.value.kind == "auth" and openai_server.calls == 1
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def test_a_tool_call_is_run_its_result_sent_back_and_recorded(openai_server):
+    openai_server.mode = "tool_call"
+    kit = tools()
+    answer = OpenAIModel().draft(TICKET, triage(), kit)
+    assert kit.calls == [{"tool": "knowledge_base", "arguments": {"query": "billing"}}]
+    assert openai_server.by_behaviour == {"tool_call": 1, "valid": 1}
+    second = openai_server.requests[1]["body"]["messages"]
+    echo, result = second[-2], second[-1]
+    # the assistant turn is echoed in the wire format only (no SDK-side extras)
+    assert echo["role"] == "assistant" and set(echo["tool_calls"][0]) == {"id", "type", "function"}
+    assert set(echo["tool_calls"][0]["function"]) == {"name", "arguments"}
+    assert result == {"role": "tool", "tool_call_id": echo["tool_calls"][0]["id"], "content": json.dumps(KB)}
+    assert KB[0]["answer"] in answer.body, "the answer used the tool result"
+
+
+def test_parallel_tool_calls_are_each_answered(openai_server):
+    openai_server.mode = "tool_call:both"
+    kit = tools()
+    OpenAIModel().draft(TICKET, triage(), kit)
+    assert [c["tool"] for c in kit.calls] == ["knowledge_base", "customer_tickets"]
+    tool_messages = [m for m in openai_server.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert len(tool_messages) == 2
+    assert openai_server.by_behaviour == {"tool_call": 1, "valid": 1}
+
+
+@pytest.mark.parametrize("max_steps", [6, 3])
+def test_a_model_that_loops_on_tool_calls_hits_the_step_limit(openai_server, settings, max_steps):
+    settings.AGENT_MAX_STEPS = max_steps
+    openai_server.mode = "loop"
+    kit = tools()
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().draft(TICKET, triage(), kit)
+    assert err.value.kind == "step_limit"
+    assert f"AGENT_MAX_STEPS={max_steps}" in err.value.message
+    assert openai_server.calls == max_steps
+    assert len(kit.calls) == max_steps - 1, "the last turn's tool call is not run"
+
+
+def test_a_tool_call_where_no_tool_is_offered_is_a_schema_failure(openai_server):
+    openai_server.mode = "loop"  # asks for a tool even in triage, where none is offered
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().triage(TICKET)
+    assert err.value.kind == "schema" and "asked for a tool where none is offered" in err.value.message
+    assert openai_server.calls == 2
+
+
+# --------------------------------------------------------------------------- the fake's HTTP control
+
+
+def test_the_fake_can_be_scripted_and_counted_over_http(openai_server):
+    def call(method, path, body=None):
+        req = urllib.request.Request(openai_server.url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=5) as resp:
+            return json.loads(resp.read())
+
+    call("POST", "/_fake/mode", {"mode": "500", "script": ["valid"]})
+    model = OpenAIModel()
+    model.triage(TICKET)
+    with pytest.raises(ModelError):
+        model.triage(TICKET)
+    counts = call("GET", "/_fake/counts")
+    assert counts["total"] == 3 and counts["by_behaviour"] == {"valid": 1, "500": 2}
+    assert counts["by_schema"] == {"Triage": 3} and counts["mode"] == "500"
+    assert call("POST", "/_fake/reset")["total"] == 0
