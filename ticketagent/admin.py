@@ -1,43 +1,19 @@
+"""The admin shows everything; state changes go through the dashboard.
+
+Every state change of a task or an item must append an event in its own
+transaction (services.py), which the admin cannot do. So the admin is for
+looking: tasks may be renamed, nothing else is written here, and nothing is
+deleted (events are append-only, and deleting a task or item would delete
+them with it).
+"""
+
 from django.contrib import admin
 
 from ticketagent.models import Blob, Checkpoint, Event, Item, Task
 
 
-@admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
-    list_display = ("id", "name", "status", "resume_count", "allow_auto_close", "notify_channel", "created_at")
-    list_filter = ("status", "notify_channel")
-    search_fields = ("name", "source_filename")
-    readonly_fields = ("status", "status_reason", "consecutive_failures", "last_success_item", "resume_count",
-                       "created_by", "started_at", "finished_at", "source_task")
-
-
-@admin.register(Item)
-class ItemAdmin(admin.ModelAdmin):
-    list_display = ("id", "task", "ticket_id", "status", "attempt", "lease_owner", "updated_at")
-    list_filter = ("status",)
-    search_fields = ("ticket_id", "customer_email", "subject")
-    readonly_fields = ("status", "attempt", "lease_owner", "lease_token", "lease_expires_at", "last_error",
-                       "failure_kind", "approval", "approval_by", "approval_reason", "origin", "enqueued_at",
-                       "finished_at")
-
-
-@admin.register(Checkpoint)
-class CheckpointAdmin(admin.ModelAdmin):
-    list_display = ("item", "task", "plan_version", "schema_version", "cursor", "retry_count", "updated_at")
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-
-@admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
-    """The event log is append-only."""
-
-    list_display = ("id", "task", "item", "type", "actor", "timestamp")
-    list_filter = ("type",)
-
-    def has_add_permission(self, request):
+class ViewOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request, obj=None):
         return False
 
     def has_change_permission(self, request, obj=None):
@@ -47,9 +23,48 @@ class EventAdmin(admin.ModelAdmin):
         return False
 
 
-@admin.register(Blob)
-class BlobAdmin(admin.ModelAdmin):
-    list_display = ("sha256", "created_at")
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ("id", "name", "status", "resume_count", "allow_auto_close", "notify_channel", "created_by",
+                    "created_at")
+    list_filter = ("status", "notify_channel")
+    list_select_related = ("created_by",)
+    search_fields = ("name", "source_filename")
+    # Only the name may be edited: every other field is state, changed by services with an event.
+    readonly_fields = ("source_filename", "status", "status_reason", "allow_auto_close", "notify_channel",
+                       "model_label", "failure_threshold", "consecutive_failures", "last_success_item",
+                       "resume_count", "created_by", "created_at", "started_at", "finished_at", "source_task")
 
-    def has_change_permission(self, request, obj=None):
-        return False
+    def has_add_permission(self, request):
+        return False  # tasks are created by an upload, which also writes their items and events
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # events are append-only; deleting a task would cascade to them
+
+
+@admin.register(Item)
+class ItemAdmin(ViewOnlyAdmin):
+    list_display = ("id", "task", "ticket_id", "status", "attempt", "lease_owner", "updated_at")
+    list_filter = ("status",)
+    list_select_related = ("task",)
+    search_fields = ("ticket_id", "customer_email", "subject")
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ViewOnlyAdmin):
+    list_display = ("item", "task", "plan_version", "schema_version", "cursor", "retry_count", "updated_at")
+    list_select_related = ("item", "task")
+
+
+@admin.register(Event)
+class EventAdmin(ViewOnlyAdmin):
+    """The event log is append-only."""
+
+    list_display = ("id", "task", "item", "type", "actor", "timestamp")
+    list_filter = ("type",)
+    list_select_related = ("task", "item")
+
+
+@admin.register(Blob)
+class BlobAdmin(ViewOnlyAdmin):
+    list_display = ("sha256", "created_at")

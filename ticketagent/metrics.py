@@ -13,7 +13,17 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from ledger.models import EffectState
+from ticketagent.models import ItemStatus, TaskStatus
 from ticketagent.selectors import health_numbers
+
+
+def _by_state(name: str, documentation: str, label: str, counts: dict, states) -> GaugeMetricFamily:
+    """Every known state, zeros included, so a rate or an alert never sees a missing series."""
+    family = GaugeMetricFamily(name, documentation, labels=[label])
+    for state in sorted(set(states) | set(counts)):
+        family.add_metric([state], counts.get(state, 0))
+    return family
 
 
 class LedgerCollector:
@@ -23,22 +33,14 @@ class LedgerCollector:
         yield CounterMetricFamily("ticketagent_recoveries", "Items taken over after their lease expired.",
                                   value=h["recoveries"])
         yield GaugeMetricFamily("ticketagent_unknown_effects", "Effects whose outcome is unknown.", value=h["unknown"])
-        yield GaugeMetricFamily("ticketagent_unknown_oldest_age_seconds", "Age of the oldest unknown effect.",
+        yield GaugeMetricFamily("ticketagent_unknown_oldest_age_seconds",
+                                "Seconds since the intent of the oldest unknown effect (0 when there is none).",
                                 value=h["unknown_oldest_seconds"])
         yield CounterMetricFamily("ticketagent_blocked_duplicates", "Effect intents refused by the dedupe gate.",
                                   value=h["blocked_duplicates"])
-        items = GaugeMetricFamily("ticketagent_items", "Items by state.", labels=["state"])
-        for state, n in sorted(h["items_by_state"].items()):
-            items.add_metric([state], n)
-        yield items
-        effects = GaugeMetricFamily("ticketagent_effects", "Effects by state.", labels=["state"])
-        for state, n in sorted(h["effects_by_state"].items()):
-            effects.add_metric([state], n)
-        yield effects
-        tasks = GaugeMetricFamily("ticketagent_tasks", "Tasks by status.", labels=["status"])
-        for state, n in sorted(h["tasks_by_state"].items()):
-            tasks.add_metric([state], n)
-        yield tasks
+        yield _by_state("ticketagent_items", "Items by state.", "state", h["items_by_state"], ItemStatus.values)
+        yield _by_state("ticketagent_effects", "Effects by state.", "state", h["effects_by_state"], EffectState.values)
+        yield _by_state("ticketagent_tasks", "Tasks by status.", "status", h["tasks_by_state"], TaskStatus.values)
 
 
 def _authorized(request) -> bool:
@@ -46,7 +48,9 @@ def _authorized(request) -> bool:
         return True
     token = settings.METRICS_TOKEN
     header = request.headers.get("Authorization", "")
-    return bool(token) and header.startswith("Bearer ") and hmac.compare_digest(header[7:], token)
+    if not token or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header[7:].strip().encode(), token.encode())
 
 
 @require_GET

@@ -7,8 +7,11 @@ from django.utils import timezone
 
 from ledger.models import BlockedDuplicate, Effect, EffectState
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.plan import STEPS
 
 ITEM_ORDER = [s.value for s in ItemStatus]
+ENDED = (ItemStatus.DONE, ItemStatus.SKIPPED, ItemStatus.FAILED)
+WAITING = (ItemStatus.WAITING_REVIEW, ItemStatus.WAITING_APPROVAL)
 
 
 @dataclass
@@ -28,23 +31,26 @@ class Progress:
                 yield status, n, 100.0 * n / self.total if self.total else 0
 
 
-def task_progress(task: Task) -> Progress:
-    counts = dict(Item.objects.filter(task=task).values_list("status").annotate(n=Count("id")))
+def _progress(task: Task, counts: dict, last_finished) -> Progress:
+    """Items by state, throughput since the task started, and an ETA while it runs."""
     total = sum(counts.values())
-    done = sum(counts.get(s, 0) for s in (ItemStatus.DONE, ItemStatus.SKIPPED, ItemStatus.FAILED))
+    done = sum(counts.get(s, 0) for s in ENDED)
     per_minute = eta = None
-    window = Item.objects.filter(task=task, finished_at__isnull=False).aggregate(
-        first=Min("finished_at"), last=Max("finished_at"))
     started = task.started_at or task.created_at
-    if done and window["last"]:
-        elapsed = max((window["last"] - started).total_seconds(), 1.0)
+    if done and last_finished:
+        elapsed = max((last_finished - started).total_seconds(), 1.0)
         per_minute = done / elapsed * 60
-        remaining = total - done - sum(counts.get(s, 0) for s in (ItemStatus.WAITING_REVIEW,
-                                                                  ItemStatus.WAITING_APPROVAL))
+        remaining = total - done - sum(counts.get(s, 0) for s in WAITING)
         if task.status in (TaskStatus.RUNNING, TaskStatus.QUEUED) and remaining > 0 and per_minute > 0:
             eta = int(remaining / per_minute * 60)
     percent = int(100 * done / total) if total else 0
     return Progress(total, counts, done, percent, per_minute, eta)
+
+
+def task_progress(task: Task) -> Progress:
+    counts = dict(Item.objects.filter(task=task).values_list("status").annotate(n=Count("id")))
+    last = Item.objects.filter(task=task, finished_at__isnull=False).aggregate(last=Max("finished_at"))["last"]
+    return _progress(task, counts, last)
 
 
 FILTERS = {
@@ -56,31 +62,36 @@ FILTERS = {
 
 
 def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Task]:
+    """Tasks, suspended ones first (they wait for a person), each with its
+    `progress` (items by state, items per minute, ETA). Three queries."""
     qs = Task.objects.all()
     if status_filter in FILTERS:
         qs = qs.filter(status__in=FILTERS[status_filter])
-    # Suspended tasks first: they are the ones waiting for a person.
     suspended = list(qs.filter(status=TaskStatus.SUSPENDED).order_by("-id")[:limit])
     rest = list(qs.exclude(status=TaskStatus.SUSPENDED).order_by("-id")[: max(limit - len(suspended), 0)])
     tasks = suspended + rest
+    ids = [t.pk for t in tasks]
     counts: dict[int, dict] = {}
-    for task_id, status, n in Item.objects.filter(task__in=[t.pk for t in tasks]).values_list(
-            "task_id", "status").annotate(n=Count("id")):
+    for task_id, status, n in Item.objects.filter(task__in=ids).values_list("task_id", "status").annotate(
+            n=Count("id")):
         counts.setdefault(task_id, {})[status] = n
+    last_finished = dict(Item.objects.filter(task__in=ids, finished_at__isnull=False).values_list("task_id")
+                         .annotate(last=Max("finished_at")))
     for task in tasks:
-        c = counts.get(task.pk, {})
-        total = sum(c.values())
-        ended = sum(c.get(s, 0) for s in (ItemStatus.DONE, ItemStatus.SKIPPED, ItemStatus.FAILED))
-        task.item_counts = c
-        task.item_total = total
-        task.percent = int(100 * ended / total) if total else 0
+        task.progress = _progress(task, counts.get(task.pk, {}), last_finished.get(task.pk))
+        task.percent = task.progress.percent
     return tasks
 
 
 def health_numbers() -> dict:
+    """The dashboard tiles and /metrics, from the database.
+
+    The age of the oldest unknown counts from its intent: how long nobody
+    has known whether that action happened (reconcile attempts do not reset it).
+    """
     now = timezone.now()
-    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).aggregate(n=Count("id"), oldest=Min("updated_at"))
-    oldest_age = (now - unknown["oldest"]).total_seconds() if unknown["oldest"] else 0.0
+    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).aggregate(n=Count("id"), oldest=Min("intent_at"))
+    oldest_age = max((now - unknown["oldest"]).total_seconds(), 0.0) if unknown["oldest"] else 0.0
     return {
         "resumes": Event.objects.filter(type=EventType.RESUMED).count(),
         "recoveries": Event.objects.filter(type=EventType.RECOVERED).count(),
@@ -93,8 +104,31 @@ def health_numbers() -> dict:
     }
 
 
+def _int_or_none(value: str):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def effects_with_owners(effects) -> list[Effect]:
+    """Attach the ticket and task an effect belongs to (`owner`), in one query.
+
+    The ledger only knows opaque owner strings; the dashboard shows tickets."""
+    effects = list(effects)
+    ids = {i for i in (_int_or_none(e.owner_item) for e in effects) if i is not None}
+    items = {i.pk: i for i in Item.objects.filter(pk__in=ids).select_related("task").only(
+        "id", "ticket_id", "subject", "status", "task__id", "task__name", "task__status")}
+    now = timezone.now()
+    for effect in effects:
+        effect.owner = items.get(_int_or_none(effect.owner_item))
+        effect.age_seconds = (now - effect.intent_at).total_seconds() if effect.intent_at else 0.0
+    return effects
+
+
 def review_queue():
-    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).order_by("updated_at")
+    """Unknown effects, oldest first, and the items waiting for an approval."""
+    unknown = effects_with_owners(Effect.objects.filter(state=EffectState.UNKNOWN).order_by("intent_at", "id"))
     approvals = Item.objects.filter(status=ItemStatus.WAITING_APPROVAL).select_related("task").order_by("updated_at")
     return unknown, approvals
 
@@ -108,6 +142,12 @@ def items_page_effects(items) -> dict[int, list[Effect]]:
     for effect in Effect.objects.filter(owner_item__in=[str(i.pk) for i in items]).order_by("id"):
         by_item.setdefault(int(effect.owner_item), []).append(effect)
     return by_item
+
+
+def step_name(cursor: int | None) -> str:
+    """The step an item's checkpoint points at (the next one to run)."""
+    cursor = cursor or 0
+    return STEPS[cursor].name if cursor < len(STEPS) else "finished"
 
 
 def effect_filter_open():

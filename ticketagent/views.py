@@ -22,6 +22,7 @@ from ledger.models import Effect
 from ledger.services import ReviewError, effect_decide, effect_reconcile
 from ticketagent import selectors
 from ticketagent.models import Checkpoint, Event, Item, NotifyChannel, Task
+from ticketagent.plan import STEPS
 from ticketagent.services import (
     ServiceError,
     UploadRejected,
@@ -68,13 +69,16 @@ def _render(request, template, fragment, context, status=200):
 @require_GET
 def task_list(request):
     status_filter = request.GET.get("status", "")
+    if status_filter not in selectors.FILTERS:
+        status_filter = ""
     context = {
         "tasks": selectors.tasks_for_dashboard(status_filter=status_filter),
         "status_filter": status_filter,
-        "filters": list(selectors.FILTERS),
+        "filters": [(f, f.replace("_", " ")) for f in selectors.FILTERS],
         "health": selectors.health_numbers(),
         "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
     }
+    # The htmx poll gets the table, plus the tiles as an out-of-band swap.
     return _render(request, "tasks/list.html", "task-table", context)
 
 
@@ -122,27 +126,35 @@ def upload(request):
     return _render(request, "tasks/upload.html", "upload-form", {"form": form, "errors": errors}, status=status)
 
 
-@login_required
-@require_GET
-def task_detail(request, pk):
-    task = _task(pk)
+def _detail_context(request, task: Task, **extra) -> dict:
     items = Paginator(task.items.select_related("checkpoint").order_by("row"), 50).get_page(request.GET.get("page"))
-    context = {
+    return {
         "task": task,
         "progress": selectors.task_progress(task),
         "items": items,
         "effects_by_item": selectors.items_page_effects(items),
         "events": list(Event.objects.filter(task=task).order_by("-id")[:100]),
-        "effects": selectors.task_effects(task)[:200],
+        "step_count": len(STEPS),
+        **extra,
     }
-    return _render(request, "tasks/detail.html", None, context)
+
+
+@login_required
+@require_GET
+def task_detail(request, pk):
+    task = _task(pk)
+    return _render(request, "tasks/detail.html", None, _detail_context(request, task))
 
 
 @login_required
 @require_GET
 def task_progress(request, pk):
+    """The polled progress fragment. The page says which status it shows
+    (`?shown=`); when the task moved on, the actions come along out of band,
+    so a task that got suspended while the page was open offers Resume."""
     task = _task(pk)
-    context = {"task": task, "progress": selectors.task_progress(task)}
+    context = {"task": task, "progress": selectors.task_progress(task),
+               "refresh_actions": request.htmx and request.GET.get("shown", task.status) != task.status}
     response = _render(request, "tasks/detail.html", "progress", context)
     if task.is_final and request.htmx:
         response.status_code = HTMX_STOP_POLLING
@@ -179,42 +191,53 @@ def _export_safe(value):
 @login_required
 @require_GET
 def task_dry_run_view(request, pk):
+    """What resuming would do. With htmx: the dry-run opens in place under the
+    actions; without JavaScript: the task page with the dry-run in it."""
     task = _task(pk)
-    return _render(request, "tasks/detail.html", "dry-run", {"task": task, "plan": task_dry_run(task_id=task.pk)})
+    plan = task_dry_run(task_id=task.pk)
+    if request.htmx:
+        return _render(request, "tasks/detail.html", "dry-run", {"task": task, "plan": plan})
+    return _render(request, "tasks/detail.html", None, _detail_context(request, task, plan=plan))
 
 
-def _task_action(request, pk, action):
+def _task_action(request, pk, action, done_message):
+    """Pause, cancel, resume: one service call. With htmx the actions
+    fragment comes back (the error inline, 409); without, the task page."""
     _require_operator(request)
     task = _task(pk)
-    error = ""
+    error = message = ""
     try:
-        action(task_id=task.pk, actor=_actor(request))
+        message = done_message(action(task_id=task.pk, actor=_actor(request)))
     except ServiceError as exc:
         error = str(exc)
-    if not request.htmx:
-        return redirect("task-detail", pk=task.pk)
     task.refresh_from_db()
+    status = 409 if error else 200
+    if not request.htmx:
+        if not error:
+            return redirect("task-detail", pk=task.pk)
+        return _render(request, "tasks/detail.html", None,
+                       _detail_context(request, task, action_error=error), status=status)
     return _render(request, "tasks/detail.html", "actions",
-                   {"task": task, "action_error": error, "progress": selectors.task_progress(task)},
-                   status=409 if error else 200)
+                   {"task": task, "action_error": error, "action_message": message}, status=status)
 
 
 @login_required
 @require_POST
 def task_resume_view(request, pk):
-    return _task_action(request, pk, task_resume)
+    return _task_action(request, pk, task_resume, lambda plan: (
+        f"Resumed: {plan.will_enqueue} item{'s' if plan.will_enqueue != 1 else ''} enqueued."))
 
 
 @login_required
 @require_POST
 def task_pause_view(request, pk):
-    return _task_action(request, pk, task_pause)
+    return _task_action(request, pk, task_pause, lambda task: "Paused: no more items start until you resume.")
 
 
 @login_required
 @require_POST
 def task_cancel_view(request, pk):
-    return _task_action(request, pk, task_cancel)
+    return _task_action(request, pk, task_cancel, lambda task: "Cancelled: queued items were skipped.")
 
 
 @login_required
@@ -225,7 +248,11 @@ def task_clone_view(request, pk):
     try:
         new = task_clone_unfinished(task_id=task.pk, user=request.user)
     except ServiceError as exc:
-        return HttpResponse(str(exc), status=409)
+        if request.htmx:
+            return _render(request, "tasks/detail.html", "actions", {"task": task, "action_error": str(exc)},
+                           status=409)
+        return _render(request, "tasks/detail.html", None, _detail_context(request, task, action_error=str(exc)),
+                       status=409)
     url = reverse("task-detail", args=[new.pk])
     if request.htmx:
         response = HttpResponse(status=204)
@@ -237,22 +264,37 @@ def task_clone_view(request, pk):
 # --------------------------------------------------------------------------- review
 
 
+def _lookup_channels() -> set[str]:
+    return {n for n, c in CHANNELS.items() if c.supports_lookup}
+
+
+def _review_page(request, *, error="", status=200):
+    unknown, approvals = selectors.review_queue()
+    return _render(request, "review/queue.html", None, {
+        "unknown": unknown, "approvals": approvals, "lookup_channels": _lookup_channels(),
+        "page_error": error, "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
+        "recent": Effect.objects.exclude(resolved_by="").order_by("-updated_at")[:30],
+    }, status=status)
+
+
 @login_required
 @require_GET
 def review_queue(request):
-    unknown, approvals = selectors.review_queue()
-    return _render(request, "review/queue.html", None, {
-        "unknown": unknown, "approvals": approvals,
-        "lookup_channels": {n for n, c in CHANNELS.items() if c.supports_lookup},
-        "recent": Effect.objects.exclude(resolved_by="").order_by("-updated_at")[:30],
-    })
+    return _review_page(request)
 
 
-def _effect_row(request, effect, error=""):
+def _effect_answer(request, effect, error=""):
+    """After reconcile or a decision: the updated row (htmx), else the page."""
+    status = 409 if error else 200
+    if not request.htmx:
+        if error:
+            return _review_page(request, error=f"effect {effect.pk}: {error}", status=status)
+        return redirect("review")
+    [effect] = selectors.effects_with_owners([effect])
     return _render(request, "review/queue.html", "effect-row", {
-        "effect": effect, "error": error,
-        "lookup_channels": {n for n, c in CHANNELS.items() if c.supports_lookup},
-    }, status=409 if error else 200)
+        "effect": effect, "error": error, "lookup_channels": _lookup_channels(),
+        "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
+    }, status=status)
 
 
 @login_required
@@ -260,10 +302,12 @@ def _effect_row(request, effect, error=""):
 def effect_reconcile_view(request, pk):
     _require_operator(request)
     effect = get_object_or_404(Effect, pk=pk)
-    effect = effect_reconcile(effect_id=effect.pk, actor=_actor(request), force=True)
-    if not request.htmx:
-        return redirect("review")
-    return _effect_row(request, effect)
+    error = ""
+    if effect.channel not in _lookup_channels():
+        error = f"the {effect.channel} channel has no look-up by key: decide by hand, with a reason"
+    else:
+        effect = effect_reconcile(effect_id=effect.pk, actor=_actor(request), force=True)
+    return _effect_answer(request, effect, error)
 
 
 @login_required
@@ -277,9 +321,8 @@ def effect_decide_view(request, pk):
                                reason=request.POST.get("reason", ""), actor=_actor(request))
     except ReviewError as exc:
         error = str(exc)
-    if not request.htmx:
-        return redirect("review") if not error else HttpResponse(error, status=409)
-    return _effect_row(request, effect, error)
+        effect.refresh_from_db()
+    return _effect_answer(request, effect, error)
 
 
 @login_required
@@ -288,15 +331,21 @@ def item_approval_view(request, pk):
     _require_operator(request)
     item = get_object_or_404(Item, pk=pk)
     error = ""
+    decision = request.POST.get("decision", "")
     try:
-        item = item_decide_approval(item_id=item.pk, approve=request.POST.get("decision") == "approve",
+        if decision not in ("approve", "reject"):
+            raise ServiceError("choose approve or reject")
+        item = item_decide_approval(item_id=item.pk, approve=decision == "approve",
                                     reason=request.POST.get("reason", ""), actor=_actor(request))
     except ServiceError as exc:
         error = str(exc)
+        item.refresh_from_db()
+    status = 409 if error else 200
     if not request.htmx:
-        return redirect("review") if not error else HttpResponse(error, status=409)
-    return _render(request, "review/queue.html", "approval-row", {"item": item, "error": error},
-                   status=409 if error else 200)
+        if error:
+            return _review_page(request, error=f"item {item.ticket_id}: {error}", status=status)
+        return redirect("review")
+    return _render(request, "review/queue.html", "approval-row", {"item": item, "error": error}, status=status)
 
 
 # --------------------------------------------------------------------------- ledger + metrics

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -482,8 +483,8 @@ def openai_server(openai_server_session, settings, monkeypatch):
     """
     server = openai_server_session
     server.reset()
-    monkeypatch.setenv("NO_PROXY", ",".join(filter(None, ["127.0.0.1", "localhost",
-                                                          __import__("os").environ.get("NO_PROXY", "")])))
+    # never send the model traffic through a proxy from the environment
+    monkeypatch.setenv("NO_PROXY", ",".join(filter(None, ["127.0.0.1", "localhost", os.environ.get("NO_PROXY", "")])))
     settings.OPENAI_API_KEY = server.api_key
     settings.OPENAI_BASE_URL = server.base_url
     settings.OPENAI_TIMEOUT = 1.0

@@ -1,0 +1,30 @@
+/* Errors htmx does not swap (403, 500, a dropped connection) are shown in
+   #flash instead of failing silently. Everything else is htmx attributes;
+   every page works without this file. */
+(function () {
+  "use strict";
+  function flash(message) {
+    var box = document.getElementById("flash");
+    if (!box) return;
+    box.textContent = message;
+    box.hidden = false;
+  }
+  document.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    var text = (xhr.responseText || "").replace(/<[^>]*>/g, " ").replace(/\s+/g, " ").trim();
+    if (xhr.status === 403) {
+      flash("Not allowed (403): only operators may do this.");
+    } else {
+      flash("The server answered " + xhr.status + (text ? ": " + text.slice(0, 200) : "") + ".");
+    }
+  });
+  document.addEventListener("htmx:sendError", function () {
+    flash("Could not reach the server; nothing was changed by this click. Try again.");
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var box = document.getElementById("flash");
+    if (box && event.detail.successful && !box.hidden && event.detail.requestConfig.verb !== "get") {
+      box.hidden = true;
+    }
+  });
+})();

@@ -1,0 +1,36 @@
+"""The kill test, short version, on every change; and proof it can fail."""
+
+import pytest
+from django.core.management import call_command
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def run(capsys, *args):
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("killtest", *args)
+        raise SystemExit(0)
+    return exit_info.value.code, capsys.readouterr().out
+
+
+def test_short_kill_test_with_a_sandbox_that_ignores_keys_passes(queue, capsys):
+    code, out = run(capsys, "--rounds", "5", "--items", "20", "--workers", "2", "--seed", "7",
+                    "--sandbox-keys", "ignore")
+    assert code == 0, out
+    assert "result                                PASS" in out or "PASS" in out.splitlines()[-2]
+    assert "duplicates (once/irreversible)        0" in out
+
+
+def test_kill_test_on_the_email_channel_plays_the_operator(queue, capsys):
+    code, out = run(capsys, "--rounds", "2", "--items", "10", "--workers", "2", "--seed", "11",
+                    "--channel", "email", "--crash-probability", "0.3")
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("gate", ["no-intent", "commit-before-call"])
+def test_the_harness_fails_against_a_mis_ordered_gate(queue, capsys, gate):
+    code, out = run(capsys, "--rounds", "2", "--items", "10", "--workers", "2", "--seed", "5",
+                    "--sandbox-keys", "ignore", "--crash-probability", "0.4", "--round-timeout", "25",
+                    "--broken-gate", gate)
+    assert code == 1, out
+    assert "FAIL" in out and "problem:" in out

@@ -1,0 +1,64 @@
+"""Deliberately wrong gates, used only by the kill test's self-test to prove
+that the harness detects a broken protocol. Never wired into the product."""
+
+from django.utils import timezone
+
+from ledger.actions import action_spec
+from ledger.channels import get_channel
+from ledger.faults import crash_point
+from ledger.gate import GateResult, idempotency_key, payload_hash, slot_for, summarize
+from ledger.models import Effect, EffectState
+
+
+def _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, holder, state, ref=""):
+    effect, _ = Effect.objects.update_or_create(idempotency_key=key, defaults=dict(
+        slot=slot, action=spec.name, effect_class=spec.effect_class, channel=spec.channel, state=state,
+        owner_task=owner_task, owner_item=owner_item, owner_step=owner_step, holder=holder, payload=payload,
+        payload_hash=p_hash, payload_summary=summarize(payload), intent_at=timezone.now(), external_ref=ref))
+    return effect
+
+
+def _prepare(action, payload, owner_task, owner_item, owner_step):
+    spec = action_spec(action)
+    p_hash = payload_hash(payload)
+    key = idempotency_key(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step, action=action,
+                          p_hash=p_hash)
+    slot = slot_for(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
+                    action=action) if spec.slotted else None
+    return spec, p_hash, key, slot
+
+
+def no_intent(*, action, payload, owner_task, owner_item, owner_step, holder, fence=None, authorized_by="",
+              channel=None):
+    """Calls first, records afterwards: a crash after the call forgets it happened."""
+    spec, p_hash, key, slot = _prepare(action, payload, owner_task, owner_item, owner_step)
+    existing = Effect.objects.filter(idempotency_key=key, state=EffectState.COMMITTED).first()
+    if existing:
+        return GateResult(effect=existing, state=existing.state, blocked="duplicate")
+    crash_point("before_intent")
+    result = (channel or get_channel(spec.channel)).perform(spec, payload, key)
+    crash_point("after_call")
+    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, holder,
+                     EffectState.COMMITTED if result.state != EffectState.FAILED else EffectState.FAILED,
+                     result.external_ref)
+    crash_point("after_commit")
+    return GateResult(effect=effect, state=effect.state, called=True)
+
+
+def commit_before_call(*, action, payload, owner_task, owner_item, owner_step, holder, fence=None,
+                       authorized_by="", channel=None):
+    """Records success before calling: a crash before the call loses the effect."""
+    spec, p_hash, key, slot = _prepare(action, payload, owner_task, owner_item, owner_step)
+    existing = Effect.objects.filter(idempotency_key=key).first()
+    if existing:
+        return GateResult(effect=existing, state=existing.state, blocked="duplicate")
+    crash_point("before_intent")
+    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, holder,
+                     EffectState.COMMITTED)
+    crash_point("after_intent")
+    (channel or get_channel(spec.channel)).perform(spec, payload, key)
+    crash_point("after_call")
+    return GateResult(effect=effect, state=effect.state, called=True)
+
+
+GATES = {"no-intent": no_intent, "commit-before-call": commit_before_call}

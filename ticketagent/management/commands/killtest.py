@@ -1,0 +1,50 @@
+import random
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ticketagent.killtest import run_killtest
+
+
+class Command(BaseCommand):
+    help = ("Run batches while SIGKILLing workers around external calls, then check per effect key that the "
+            "sandbox received nothing twice and nothing was lost. Exit 1 on any mismatch.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--rounds", type=int, default=5)
+        parser.add_argument("--items", type=int, default=20)
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--seed", type=int, default=None, help="random seed (printed; default: random)")
+        parser.add_argument("--sandbox-keys", choices=["honor", "ignore"], default="honor",
+                            help="ignore: the sandbox does not dedupe by idempotency key (the hard case)")
+        parser.add_argument("--channel", choices=["helpdesk", "email"], default="helpdesk",
+                            help="the channel that notifies customers; email has no look-up (operator decides)")
+        parser.add_argument("--faults", default="", help="comma list: redis (FLUSHALL), postgres "
+                            "(pg_terminate_backend)")
+        parser.add_argument("--crash-probability", type=float, default=0.1,
+                            help="chance that a worker SIGKILLs itself at its injected window")
+        parser.add_argument("--round-timeout", type=float, default=120.0)
+        parser.add_argument("--broken-gate", choices=["no-intent", "commit-before-call"], default="",
+                            help="self-test: run with a deliberately wrong gate; the harness must report failure")
+
+    def handle(self, *args, **opts):
+        for name in ("rounds", "items", "workers"):
+            if opts[name] < 1:
+                raise CommandError(f"--{name} must be at least 1")
+        faults = {f.strip() for f in opts["faults"].split(",") if f.strip()}
+        unknown = faults - {"redis", "postgres"}
+        if unknown:
+            raise CommandError(f"--faults: unknown fault(s) {', '.join(sorted(unknown))}; use redis, postgres")
+        seed = opts["seed"] if opts["seed"] is not None else random.randrange(1_000_000)
+        self.stdout.write(f"kill test: seed {seed}, {opts['rounds']} rounds x {opts['items']} items x "
+                          f"{opts['workers']} workers, sandbox keys {opts['sandbox_keys']}, channel {opts['channel']}, "
+                          f"faults {','.join(sorted(faults)) or 'none'}")
+        report = run_killtest(rounds=opts["rounds"], items=opts["items"], workers=opts["workers"], seed=seed,
+                              sandbox_keys=opts["sandbox_keys"], channel=opts["channel"], faults=faults,
+                              crash_probability=opts["crash_probability"], round_timeout=opts["round_timeout"],
+                              broken_gate=opts["broken_gate"], out=self.stdout)
+        self.stdout.write(report.table())
+        for problem in report.problems[:50]:
+            self.stdout.write(f"  problem: {problem}")
+        if not report.ok:
+            sys.exit(1)
