@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 from django.conf import settings
-from django.core.mail import EmailMessage, get_connection
+from django.core.mail import BadHeaderError, EmailMessage, get_connection
 
 from ledger.actions import ActionSpec
 from ledger.models import EffectState
@@ -149,8 +149,13 @@ class EmailChannel(Channel):
         body = payload["body"]
         message = EmailMessage(
             subject=body["subject"], body=body["body"], from_email=settings.DEFAULT_FROM_EMAIL,
-            to=[body["to"]], headers={"Message-ID": f"<{key}@{settings.MESSAGE_ID_DOMAIN}>"},
+            to=[body["to"]], headers={"Message-ID": f"<{key}@{settings.MESSAGE_ID_DOMAIN}>",
+                                      "X-Ticket": str(payload.get("ticket", ""))},
         )
+        try:
+            message.message()  # a header that cannot be sent fails here, before anything leaves
+        except (BadHeaderError, ValueError) as exc:
+            return CallResult(EffectState.FAILED, error=f"the message cannot be sent: {exc}")
         connection = get_connection(fail_silently=False, timeout=settings.EMAIL_TIMEOUT)
         try:
             connection.open()

@@ -191,6 +191,10 @@ def workers(transactional_db, queue, sandbox, tmp_path):
         "OPENAI_API_KEY": settings.OPENAI_API_KEY,
         "OPENAI_BASE_URL": settings.OPENAI_BASE_URL or "",
         "OPENAI_MAX_RETRIES": str(settings.OPENAI_MAX_RETRIES),
+        "OPENAI_TIMEOUT": str(settings.OPENAI_TIMEOUT),
+        "OPENAI_CONNECT_TIMEOUT": str(settings.OPENAI_CONNECT_TIMEOUT),
+        "OPENAI_MODEL": settings.OPENAI_MODEL,
+        "AGENT_MAX_STEPS": str(settings.AGENT_MAX_STEPS),
         "PYTHONUNBUFFERED": "1",
         "TICKETAGENT_TEST_RUN": str(tmp_path),
     }

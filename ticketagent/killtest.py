@@ -37,7 +37,7 @@ from django.utils import timezone
 from ledger.faults import WINDOWS
 from ledger.models import Effect, EffectState
 from ledger.services import effect_decide, reconcile_not_before
-from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import Event, EventType, ItemStatus, Task, TaskStatus
 from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 from ticketagent.services import ServiceError, task_create, task_resume
 from ticketagent.upload import TicketRow
@@ -273,15 +273,43 @@ def _drive_round(task: Task, *, sup: Supervisor, sandbox, rng, report, faults: s
         time.sleep(0.2)
 
 
-def _check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:
-    deliveries = Counter(d["key"] for d in sandbox.deliveries() if d.get("key"))
-    effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task=str(task.pk))}
-    report.items += task.items.count()
+def _all_deliveries(sandbox: SandboxClient) -> Counter:
+    return Counter(d["key"] for d in sandbox.deliveries(limit=1_000_000) if d.get("key"))
+
+
+def _check_deliveries(effects: dict, deliveries: Counter, report: Report, where: str) -> None:
     for key, n in deliveries.items():
         effect = effects.get(key)
         if effect is None:
-            report.problems.append(f"task {task.pk}: delivery with key {key[:12]} has no ledger row")
+            report.problems.append(f"{where}: delivery with key {key[:12]} has no ledger row")
             continue
+        if n > 1 and effect.effect_class in ("once", "irreversible"):
+            report.duplicates += n - 1
+            report.problems.append(f"{where}: {effect.action} for item {effect.owner_item} delivered {n} times")
+        if effect.state != EffectState.COMMITTED:
+            report.problems.append(f"{where}: {effect.action} item {effect.owner_item} was delivered but the "
+                                   f"ledger says {effect.state}")
+
+
+def _check_run(task_ids: list[int], sandbox: SandboxClient, report: Report) -> None:
+    """At the end: deliveries that arrived after their round was checked must
+    still match the ledger."""
+    effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task__in=[str(t) for t in task_ids])}
+    deliveries = _all_deliveries(sandbox)
+    final = Report()
+    _check_deliveries(effects, deliveries, final, "whole run")
+    seen = {p.split(": ", 1)[1] for p in report.problems}
+    report.problems += [p for p in final.problems if p.split(": ", 1)[1] not in seen]
+    report.duplicates = max(report.duplicates, final.duplicates)
+    report.delivered = sum(deliveries.values())
+
+
+def _check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:
+    effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task=str(task.pk))}
+    deliveries = Counter({k: n for k, n in _all_deliveries(sandbox).items() if k in effects})
+    report.items += task.items.count()
+    for key, n in deliveries.items():
+        effect = effects[key]
         if n > 1 and effect.effect_class in ("once", "irreversible"):
             report.duplicates += n - 1
             report.problems.append(f"task {task.pk}: {effect.action} for item {effect.owner_item} delivered {n} times")
@@ -333,9 +361,9 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
                      broken_gate=broken_gate)
     try:
         sup.start()
+        sandbox.set_faults(honor_keys=sandbox_keys == "honor")
+        task_ids = []
         for round_no in range(1, rounds + 1):
-            sandbox.reset()
-            sandbox.set_faults(honor_keys=sandbox_keys == "honor")
             task = task_create(rows=_batch(round_no, items, rng), name=f"kill test round {round_no} (seed {seed})",
                                allow_auto_close=True, notify_channel=channel, failure_threshold=items + 1)
             _drive_round(task, sup=sup, sandbox=sandbox, rng=rng, report=report, faults=faults,
@@ -343,11 +371,14 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
             # let in-flight work settle before counting
             time.sleep(0.5)
             task.refresh_from_db()
+            task_ids.append(task.pk)
             _check_round(task, sandbox, report)
             report.rounds += 1
             out.write(f"round {round_no}/{rounds}: task {task.pk} {task.status}, "
                       f"{len(report.problems)} problem(s) so far\n")
             out.flush()
+        time.sleep(2)  # anything still in flight lands before the last look
+        _check_run(task_ids, sandbox, report)
     finally:
         sup.stop()
         stop_sandbox(proc)

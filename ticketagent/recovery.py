@@ -12,6 +12,7 @@ worker start:
 4. active tasks with nothing left to run: close them.
 """
 
+import datetime as dt
 import logging
 import time
 
@@ -19,6 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from rq.job import Job
+from rq.utils import utcparse
 
 from ledger.channels import CHANNELS
 from ledger.models import Effect, EffectState
@@ -86,23 +88,32 @@ def continue_waiting_items() -> int:
 
 
 def requeue_lost_jobs(now) -> int:
+    """Queued items whose job cannot run any more: missing from Redis, ended
+    without taking the item, or taken by a worker that died before leasing it."""
     grace = now - timezone.timedelta(seconds=settings.REQUEUE_GRACE_SECONDS)
     queued = list(Item.objects.filter(status=ItemStatus.QUEUED, task__status__in=ACTIVE_TASK_STATUSES)
-                  .filter(enqueued_at__lt=grace).values_list("pk", "attempt", "task_id")[:5000])
+                  .filter(enqueued_at__lt=grace).values_list("pk", "attempt", "task_id", "enqueued_at")[:5000])
     if not queued:
         return 0
-    conn = jobs.get_queue().connection
+    queue = jobs.get_queue()
+    conn = queue.connection
     pipe = conn.pipeline()
-    for pk, attempt, _ in queued:
-        pipe.hget(Job.key_for(jobs.job_id(pk, attempt)), "status")
-    statuses = pipe.execute()
+    for pk, attempt, _, _ in queued:
+        pipe.hmget(Job.key_for(jobs.job_id(pk, attempt)), ["status", "started_at"])
+    answers = pipe.execute()
+    stuck_after = timezone.timedelta(seconds=2 * settings.LEASE_SECONDS + settings.REQUEUE_GRACE_SECONDS)
     same_attempt, next_attempt = [], []
-    for (pk, attempt, task_id), status in zip(queued, statuses, strict=True):
+    for (pk, attempt, task_id, enqueued_at), (status, started_at) in zip(queued, answers, strict=True):
         status = status.decode() if isinstance(status, bytes) else status
         if status is None:
             same_attempt.append((pk, attempt, task_id))
         elif status in ENDED_JOB_STATUSES:
             next_attempt.append((pk, attempt, task_id))
+        elif status == "started" and started_at and _rq_time(started_at) < now - stuck_after:
+            next_attempt.append((pk, attempt, task_id))  # its worker died before leasing the item
+        elif status == "queued" and enqueued_at < now - stuck_after * 5 and conn.lpos(
+                queue.key, jobs.job_id(pk, attempt)) is None:
+            next_attempt.append((pk, attempt, task_id))  # popped by a worker that died at once
     refs = []
     with transaction.atomic():
         for pk, attempt, task_id in same_attempt:
@@ -114,11 +125,16 @@ def requeue_lost_jobs(now) -> int:
                 attempt=attempt + 1, enqueued_at=timezone.now())
             if n:
                 event_append(task_id=task_id, item_id=pk, type=EventType.ITEM_REQUEUED, actor="recovery",
-                             payload={"attempt": attempt + 1, "why": "its job ended without taking the item"})
+                             payload={"attempt": attempt + 1, "why": "its job can no longer take the item"})
                 refs.append((pk, attempt + 1))
         Item.objects.filter(pk__in=[pk for pk, _, _ in same_attempt]).update(enqueued_at=timezone.now())
         transaction.on_commit(lambda: jobs.enqueue_items(refs))
     return len(refs)
+
+
+def _rq_time(raw):
+    value = utcparse(raw.decode() if isinstance(raw, bytes) else raw)
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
 def finish_idle_tasks() -> int:

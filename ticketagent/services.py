@@ -540,7 +540,12 @@ def _phase_step_done(item_id, token, step: str, output: dict, tool_calls=()) -> 
             "step": step, "cursor": checkpoint.cursor, "output_ref": blob_put(output),
         })
         if task.status not in ACTIVE_TASK_STATUSES:
-            _release(item, ItemStatus.QUEUED)
+            # paused or suspended: the item waits in the queue for a resume;
+            # cancelled: it will not run again.
+            cancelled = task.status == TaskStatus.CANCELLED
+            _release(item, ItemStatus.SKIPPED if cancelled else ItemStatus.QUEUED)
+            if cancelled:
+                item.last_error = "task cancelled"
             item.save()
             return None
         return task, checkpoint.step_outputs

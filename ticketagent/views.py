@@ -4,11 +4,13 @@ Every page renders in full without JavaScript; with htmx the same template
 returns just the fragment that changed (django-template-partials).
 """
 
+import functools
 import json
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth import decorators as auth_decorators
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpResponse, StreamingHttpResponse
@@ -37,6 +39,24 @@ from ticketagent.services import (
 
 OPERATORS = "operators"
 HTMX_STOP_POLLING = 286
+
+
+def login_required(view):
+    """Django's login_required, plus: an htmx request of a logged-out user
+    (an expired session while a page polls) sends the whole page to the login
+    form instead of swapping the login form into a fragment."""
+    plain = auth_decorators.login_required(view)
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.htmx and not request.user.is_authenticated:
+            here = request.htmx.current_url_abs_path or request.get_full_path()
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = redirect_to_login(here)["Location"]
+            return response
+        return plain(request, *args, **kwargs)
+
+    return wrapper
 
 
 def is_operator(user) -> bool:
@@ -217,8 +237,9 @@ def _task_action(request, pk, action, done_message):
             return redirect("task-detail", pk=task.pk)
         return _render(request, "tasks/detail.html", None,
                        _detail_context(request, task, action_error=error), status=status)
-    return _render(request, "tasks/detail.html", "actions",
-                   {"task": task, "action_error": error, "action_message": message}, status=status)
+    return _render(request, "tasks/detail.html", "action-result",
+                   {"task": task, "action_error": error, "action_message": message,
+                    "progress": selectors.task_progress(task)}, status=status)
 
 
 @login_required

@@ -4,8 +4,8 @@ the admin, rendered by the real views from rows made by the services."""
 import datetime as dt
 
 import pytest
-from django.contrib import admin
 from django.apps import apps
+from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
 
@@ -164,6 +164,8 @@ class TestActionsWithHtmx:
         body = response.content.decode()
         assert response.status_code == 200 and body.lstrip().startswith('<div id="actions"')
         assert "Resumed: 3 items enqueued" in body and 'id="pause"' in body
+        # the progress comes along out of band: the new status, and what the next poll compares with
+        assert '<div id="progress" data-status="running" hx-swap-oob="true"' in body and "shown=running" in body
         assert Event.objects.filter(task=task, type=EventType.RESUMED, actor="alice").count() == 1
 
     def test_without_javascript_the_dry_run_is_a_page_with_the_confirm_form(self, client, alice):
@@ -199,7 +201,7 @@ class TestActionsWithHtmx:
         Task.objects.filter(pk=task.pk).update(status=TaskStatus.SUSPENDED, status_reason="3 consecutive failures")
         moved = client.get(url, {"shown": "queued"}, headers=HTMX).content.decode()
         assert '<div id="actions" class="actions" hx-swap-oob="true">' in moved and 'id="resume"' in moved
-        assert f"shown=suspended" in moved
+        assert "shown=suspended" in moved
 
     def test_the_review_decision_needs_a_reason_and_says_so_inline(self, client, alice, unknown_effect):
         effect = unknown_effect()

@@ -5,8 +5,8 @@ sent to the login page; a POST without the CSRF token is refused (403).
 Hiding a button is cosmetic: these are the server-side checks.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 from django.contrib.auth.models import AnonymousUser
@@ -189,3 +189,15 @@ def test_anonymous_is_not_a_user():
     from ticketagent.views import is_operator
 
     assert not is_operator(AnonymousUser())
+
+
+def test_a_poll_after_the_session_ended_sends_the_page_to_login(client):
+    """Not the login form swapped into a table: the whole page goes to login, and back after."""
+    task = make_task(1)
+    response = client.get(reverse("task-progress", args=[task.pk]),
+                          headers={"HX-Request": "true", "HX-Current-URL": f"http://testserver/tasks/{task.pk}/"})
+    assert response.status_code == 204
+    assert response["HX-Redirect"] == f"{reverse('login')}?next=/tasks/{task.pk}/"
+    response = client.post(reverse("task-pause", args=[task.pk]), headers={"HX-Request": "true"})
+    assert response.status_code == 204 and response["HX-Redirect"].startswith(reverse("login"))
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.QUEUED

@@ -34,3 +34,9 @@ def duration(seconds):
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+@register.filter
+def words(value):
+    """needs_confirmation -> needs confirmation."""
+    return str(value).replace("_", " ")
