@@ -8,7 +8,8 @@ them, then compares what the sandbox helpdesk received with the ledger:
   chosen at random each time a worker starts), and the harness SIGKILLs
   whole workers (parent and work-horse) at random wall-clock moments, then
   restarts them as a supervisor would;
-* optionally Redis is flushed and PostgreSQL connections are terminated;
+* optionally the queue's Redis database is flushed and PostgreSQL connections
+  are terminated;
 * every task is driven to an end: suspended tasks are resumed, unknown
   effects settle by reconcile, and for a channel without look-up the
   harness plays the operator, asking the sandbox (the oracle) and
@@ -228,8 +229,8 @@ def _play_operator(task: Task, sandbox: SandboxClient, report: Report) -> None:
 
 def _inject_faults(kinds: set[str], rng: random.Random, report: Report, redis_conn) -> None:
     if "redis" in kinds and rng.random() < 0.5:
-        redis_conn.flushall()
-        report.faults["redis flushall"] += 1
+        redis_conn.flushdb()  # the queue's database only: a shared Redis keeps its other data
+        report.faults["redis flush"] += 1
     if "postgres" in kinds and connection.vendor == "postgresql" and rng.random() < 0.5:
         with connection.cursor() as cur:
             cur.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "

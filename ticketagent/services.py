@@ -665,6 +665,16 @@ def _run_effect_step(step, item, task, outputs, decision, token, fence) -> dict 
                             reason="close_ticket is irreversible and waits for an operator's approval")
                 return None
             authorized = f"approved by {current.approval_by}"
+    resolved = (Effect.objects.filter(owner_item=item.ref, owner_step=step, state__in=(
+        EffectState.COMMITTED, EffectState.SKIPPED)).exclude(resolved_by="").first())
+    if resolved is not None:
+        # Settled by reconcile or review while the item waited: continue from
+        # that answer (going through the gate again would count a duplicate).
+        out = {"effect_id": resolved.pk, "key": resolved.idempotency_key, "state": resolved.state,
+               "external_ref": resolved.external_ref, "resolved_by": resolved.resolved_by}
+        if resolved.state == EffectState.SKIPPED:
+            out["skipped"] = f"review decided to skip ({resolved.decided_by})"
+        return out
     origin = _origin_effect(item, step)
     if origin is not None:
         return {"skipped": f"already initiated by item {origin.owner_item} of task {origin.owner_task} "

@@ -18,15 +18,24 @@ VAR_DIR = Path(envstr("TICKETAGENT_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = envbool("DEBUG", True)
 
+_DEV_SECRET_KEY = "insecure-local-development-key-do-not-use-in-production"
 SECRET_KEY = envstr("SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-    SECRET_KEY = "insecure-local-development-key-do-not-use-in-production"
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set when DEBUG is off; generate one with "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'")
+    SECRET_KEY = _DEV_SECRET_KEY
+elif not DEBUG and (SECRET_KEY == _DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+    raise ImproperlyConfigured(
+        f"SECRET_KEY is too weak for DEBUG off ({len(SECRET_KEY)} characters); use at least 50 random "
+        "characters, e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'")
 
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 if not DEBUG and not ALLOWED_HOSTS:
-    raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is off")
+    raise ImproperlyConfigured(
+        "ALLOWED_HOSTS must be set when DEBUG is off: the comma-separated host names the site answers to, "
+        "e.g. ALLOWED_HOSTS=agents.example.com")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -45,10 +54,15 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # before anything reads the body (CSRF reads request.POST): 413 for an oversized request
+    "ticketagent.middleware.RequestSizeLimitMiddleware",
+    "ticketagent.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # after CSRF (a forged POST spends nobody's budget) and auth (limits are per user)
+    "ticketagent.middleware.RateLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -98,6 +112,16 @@ RQ_QUEUE = envstr("RQ_QUEUE", "ticketagent")
 RQ_QUEUES = {
     RQ_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": envint("RQ_JOB_TIMEOUT", 900, minimum=10)},
 }
+# The cache holds only rate-limit counters: Redis, so every web process on
+# every host shares them (a key prefix keeps them apart from the queue's keys).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": envstr("CACHE_KEY_PREFIX", "ticketagent"),
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    },
+}
 # We enqueue from transaction.on_commit ourselves, so the queue itself
 # enqueues immediately when asked.
 RQ = {"COMMIT_MODE": "auto"}
@@ -122,17 +146,55 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 
-# --- security -----------------------------------------------------------------
+# --- security (docs/security.md) ---------------------------------------------------
+# DEBUG on (make run, plain http on 127.0.0.1): no HTTPS redirect, no HSTS,
+# cookies without the Secure flag. DEBUG off: all of them on; `manage.py check
+# --deploy --fail-level WARNING` is clean (a test checks).
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
+SESSION_COOKIE_HTTPONLY = True
+# htmx sends the token from <body hx-headers>; no script ever reads the cookie.
+CSRF_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 12 * 3600, minimum=60)
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 3600, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
-SECURE_HSTS_PRELOAD = False
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+# Preloading is a commitment to browsers' built-in HSTS lists, hard to undo:
+# opt in explicitly. Until then Django's reminder (security.W021) is silenced.
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto (otherwise the
+# HTTPS redirect would loop). Only set it when the proxy strips the header from clients.
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("TRUST_X_FORWARDED_PROTO", False) else None
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
-DATA_UPLOAD_MAX_MEMORY_SIZE = envint("REQUEST_MAX_BYTES", 12 * 1024 * 1024, minimum=1024)
-FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
+# Only our own scripts and styles; inline style attributes are allowed (progress
+# bars), inline scripts and javascript: URLs are not. Empty turns it off.
+CONTENT_SECURITY_POLICY = envstr(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+)
+CONTENT_SECURITY_POLICY_EXEMPT = ["/admin/"]  # Django admin and the RQ dashboard: staff only, inline scripts
+# A request body larger than this is refused with 413 before it is read
+# (files included: ticketagent.middleware.RequestSizeLimitMiddleware).
+REQUEST_MAX_BYTES = envint("REQUEST_MAX_BYTES", 12 * 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
+FILE_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
+# Per-user budgets (ticketagent/ratelimit.py): over them, 429 with Retry-After.
+RATE_LIMIT_UPLOADS_PER_MINUTE = envint("RATE_LIMIT_UPLOADS_PER_MINUTE", 10, minimum=1)
+RATE_LIMIT_ACTIONS_PER_MINUTE = envint("RATE_LIMIT_ACTIONS_PER_MINUTE", 120, minimum=1)
+RATE_LIMIT_LOGINS_PER_MINUTE = envint("RATE_LIMIT_LOGINS_PER_MINUTE", 10, minimum=1)
+# Settings whose values are secrets: redacted from channel errors, logs and
+# error pages wherever they turn up (passwords inside the URLs too).
+SECRET_SETTINGS = ("SECRET_KEY", "OPENAI_API_KEY", "HELPDESK_TOKEN", "EMAIL_HOST_PASSWORD", "METRICS_TOKEN",
+                   "DATABASE_URL", "REDIS_URL", "HELPDESK_URL", "OPENAI_BASE_URL")
+DEFAULT_EXCEPTION_REPORTER = "ticketagent.middleware.RedactingExceptionReporter"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "ticketagent.middleware.RedactingExceptionReporterFilter"
 
 # --- the product ----------------------------------------------------------------
 UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
@@ -179,7 +241,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # every handler carries the redaction filter (a test checks): secrets never reach a log
+    "filters": {"redact_secrets": {"()": "ticketagent.middleware.RedactSecretsFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

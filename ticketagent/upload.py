@@ -17,6 +17,7 @@ import difflib
 import io
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 
 from django.core.validators import EmailValidator
@@ -450,7 +451,25 @@ def _csv_error_message(exc: csv.Error, delimiter: str, start_line: int, end_line
     return f"could not read this row as CSV ({lines} of the file): {text}"
 
 
+_field_limit_lock = threading.Lock()
+
+
+def _allow_fields_up_to(size: int) -> None:
+    """Let the csv module read a field as long as the whole file.
+
+    Its default limit (131,072 characters) would turn a long body into a CSV
+    syntax error without a column; read in full, the field gets the clear
+    "row 2, column body: body is 1,000,000 characters long" instead. The file
+    itself is already capped by max_bytes. The limit is process-wide, so it
+    only ever grows (under a lock, so two uploads cannot lower it for each other).
+    """
+    with _field_limit_lock:
+        if csv.field_size_limit() < size:
+            csv.field_size_limit(size)
+
+
 def _parse_csv(text: str, errors: _Errors, max_rows: int, file_errors: list[RowError]) -> list[TicketRow]:
+    _allow_fields_up_to(len(text) + 1)
     delimiter = _csv_delimiter(text)
     reader = csv.reader(
         io.StringIO(text, newline=""),

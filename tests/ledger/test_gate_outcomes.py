@@ -6,6 +6,7 @@ from ledger.faults import SimulatedCrash, arm
 from ledger.models import BlockedDuplicate, Effect, EffectState, EffectTransition
 from ledger.services import effect_decide, effect_reconcile
 
+from ..conftest import wait_for
 from .helpers import NOTIFY, run_notify
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,6 +45,9 @@ def test_a_timeout_is_unknown(sandbox, settings):
     result = run_notify()
     assert result.state == EffectState.UNKNOWN
     assert "timed out" in result.effect.last_error or "timeout" in result.effect.last_error.lower()
+    # and rightly so: the helpdesk went on to accept the request after we gave up
+    wait_for(lambda: sandbox.counts()["by_endpoint"]["notify"] == 1, timeout=5, message="the late delivery")
+    assert effect_reconcile(effect_id=result.effect.pk, force=True).state == EffectState.COMMITTED
 
 
 def test_accept_then_drop_is_unknown_then_reconciled_to_committed(sandbox):

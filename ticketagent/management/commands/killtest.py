@@ -19,7 +19,7 @@ class Command(BaseCommand):
                             help="ignore: the sandbox does not dedupe by idempotency key (the hard case)")
         parser.add_argument("--channel", choices=["helpdesk", "email"], default="helpdesk",
                             help="the channel that notifies customers; email has no look-up (operator decides)")
-        parser.add_argument("--faults", default="", help="comma list: redis (FLUSHALL), postgres "
+        parser.add_argument("--faults", default="", help="comma list: redis (FLUSHDB of the queue database), postgres "
                             "(pg_terminate_backend)")
         parser.add_argument("--crash-probability", type=float, default=0.1,
                             help="chance that a worker SIGKILLs itself at its injected window")

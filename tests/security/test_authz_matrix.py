@@ -1,0 +1,231 @@
+"""The authorization matrix: every URL pattern x {anonymous, viewer, operator,
+staff} x {GET, POST}, generated from the URL configuration.
+
+The patterns are walked from `get_resolver().url_patterns` (includes and
+namespaces too), their parameters filled with real objects, and each request's
+status compared with EXPECT. A pattern that EXPECT does not list fails the
+test, so a new view cannot ship without someone deciding who may use it.
+
+The Django admin and the RQ dashboard (namespaces "admin", "django_rq") follow
+one rule, checked on each of their patterns: staff only; everyone else is sent
+to the admin login (the RQ JSON/Prometheus endpoints answer 401 instead).
+Staff requests there are GET only: a POST would act on the real queue.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
+
+from ticketagent.models import ItemStatus
+
+from ..factories import make_task
+
+pytestmark = [pytest.mark.django_db]
+
+ROLES = ("anonymous", "viewer", "operator", "staff")
+LOGIN = "login"  # a redirect to /accounts/login/?next=<the url>
+ADMIN_LOGIN = "admin-login"  # a redirect to /admin/login/?next=<the url>
+
+# name -> {role: (GET, POST)}. "viewer+" rows list viewer, operator and staff alike.
+_PAGE = {"anonymous": (LOGIN, LOGIN), "viewer+": (200, 405)}
+
+
+def _action(operator_post):
+    return {"anonymous": (LOGIN, LOGIN), "viewer": (405, 403), "operator": (405, operator_post),
+            "staff": (405, operator_post)}
+
+
+EXPECT: dict[str, dict] = {
+    # route (as in urls.py)                 expectations; POSTs carry no data (the views' own validation answers)
+    "": _PAGE,                                                   # tasks
+    "upload/": {"anonymous": (LOGIN, LOGIN), "viewer": (200, 403), "operator": (200, 400), "staff": (200, 400)},
+    "tasks/<int:pk>/": _PAGE,
+    "tasks/<int:pk>/progress/": _PAGE,
+    "tasks/<int:pk>/events.jsonl": _PAGE,
+    "tasks/<int:pk>/dry-run/": _PAGE,
+    "tasks/<int:pk>/resume/": _action(409),                      # a queued task has nothing to resume
+    "tasks/<int:pk>/pause/": _action(302),
+    "tasks/<int:pk>/cancel/": _action(302),
+    "tasks/<int:pk>/clone/": _action(409),                       # only a task needing migration is cloned
+    "items/<int:pk>/": _PAGE,
+    "items/<int:pk>/approval/": _action(409),                    # no decision given
+    "review/": _PAGE,
+    "effects/<int:pk>/reconcile/": _action(302),
+    "effects/<int:pk>/decide/": _action(409),                    # no decision given
+    "ledger/actions/": _PAGE,
+    "metrics": {"anonymous": (401, 405), "viewer+": (200, 405)},  # 401: login or METRICS_TOKEN
+    "accounts/login/": {"anonymous": (200, 200), "viewer+": (200, 200)},  # POST without credentials: the form again
+    "accounts/logout/": {"anonymous": (405, 302), "viewer+": (405, 302)},
+}
+
+STAFF_ONLY_NAMESPACES = ("admin", "django_rq")
+# Within them, the patterns with another rule for non-staff users: (namespace, url name) -> (GET, POST)
+NON_STAFF_EXCEPTIONS = {
+    ("admin", "login"): {"anonymous": (200, 200), "viewer": (200, 200), "operator": (200, 200)},
+    ("django_rq", "home_json"): {"anonymous": (401, 401), "viewer": (401, 401), "operator": (401, 401)},
+    ("django_rq", "metrics"): {"anonymous": (401, 401), "viewer": (401, 401), "operator": (401, 401)},
+}
+
+SAMPLE_VALUES = {
+    # parameters of third-party patterns: any value that resolves (missing objects are fine: the
+    # answer for non-staff must not depend on them)
+    "app_label": None, "model_name": None, "object_id": "999999", "content_type_id": "999999", "url": "no-such-page/",
+    "queue_index": "0", "job_id": "no-such-job", "result_id": "no-such-result", "key": "no-such-worker",
+    "scheduler_index": "0", "connection_index": "0", "scheduler_name": "no-such-scheduler",
+    "cron_job_name": "no-such-job", "token": "notthetoken",
+}
+OBJECT_FOR_ROUTE = {"tasks/": "task", "items/": "item", "effects/": "effect"}
+
+
+@dataclass(frozen=True)
+class Pattern:
+    route: str  # the full route, pieces joined as written (regex pieces as regex)
+    namespace: str
+    name: str | None
+    pieces: tuple  # (kind, text): kind "route" or "regex"
+
+
+def walk(patterns=None, pieces=(), namespace=""):
+    for p in get_resolver().url_patterns if patterns is None else patterns:
+        kind = "regex" if p.pattern.__class__.__name__ == "RegexPattern" else "route"
+        piece = (kind, str(p.pattern))
+        if isinstance(p, URLResolver):
+            ns = ":".join(filter(None, [namespace, p.namespace])) if p.namespace else namespace
+            yield from walk(p.url_patterns, (*pieces, piece), ns)
+        elif isinstance(p, URLPattern):
+            all_pieces = (*pieces, piece)
+            yield Pattern("".join(t for _, t in all_pieces), namespace, p.name, all_pieces)
+
+
+def sample_path(pattern: Pattern, objects: dict) -> str:
+    out = []
+    for kind, text in pattern.pieces:
+        if kind == "route":
+            def convert(m):
+                name = m.group(2)
+                if name == "pk":
+                    return str(objects[next(v for k, v in OBJECT_FOR_ROUTE.items() if pattern.route.startswith(k))])
+                return SAMPLE_VALUES[name]
+
+            out.append(re.sub(r"<(?:(\w+):)?(\w+)>", convert, text))
+        else:
+            def group(m):
+                value = SAMPLE_VALUES.get(m.group(1))
+                return value if value is not None else m.group(2).split("|")[0]
+
+            rx = re.sub(r"\(\?P<(\w+)>((?:[^()]|\([^()]*\))*)\)\??", group, text)
+            out.append(rx.lstrip("^").rstrip("$").replace("/?", "/").replace("\\.", ".").replace("\\", ""))
+    return "/" + "".join(out)
+
+
+def expected(pattern: Pattern, role: str) -> tuple | None:
+    """(GET, POST) for this role; None: not exercised."""
+    top = pattern.namespace.split(":")[0]
+    if top in STAFF_ONLY_NAMESPACES:
+        if role == "staff":
+            return ("staff", None)
+        rule = NON_STAFF_EXCEPTIONS.get((top, pattern.name))
+        return rule[role] if rule else (ADMIN_LOGIN, ADMIN_LOGIN)
+    rule = EXPECT[pattern.route]
+    return rule.get(role) or rule["viewer+"]
+
+
+@pytest.fixture
+def world(unknown_effect):
+    """A fresh set of real objects (task, item, unknown effect) for each role's requests."""
+
+    def make():
+        task = make_task(2)
+        item = task.items.order_by("row").first()
+        task.items.filter(pk=item.pk).update(status=ItemStatus.WAITING_APPROVAL)
+        return {"task": task.pk, "item": item.pk, "effect": unknown_effect().pk}
+
+    return make
+
+
+def test_every_url_pattern_has_an_expectation():
+    missing = [p.route for p in walk()
+               if p.namespace.split(":")[0] not in STAFF_ONLY_NAMESPACES and p.route not in EXPECT]
+    assert not missing, (f"URL patterns without an authorization decision: {missing}; add each to EXPECT in "
+                         f"{__file__} with the status every role should get")
+    stale = set(EXPECT) - {p.route for p in walk()}
+    assert not stale, f"EXPECT lists routes that no longer exist: {stale}"
+    seen = {(p.namespace.split(":")[0], p.name) for p in walk()}
+    assert set(NON_STAFF_EXCEPTIONS) <= seen, set(NON_STAFF_EXCEPTIONS) - seen
+
+
+def _login_redirect(response, login_path: str, path: str) -> bool:
+    from urllib.parse import quote, unquote
+
+    location = response.get("Location", "")
+    return response.status_code == 302 and location.startswith(login_path + "?next=") and \
+        unquote(location.split("?next=", 1)[1]) in (path, unquote(quote(path)))
+
+
+def _check(response, want, path: str) -> str | None:
+    """None when the response is what `want` says, else a description."""
+    if want == LOGIN:
+        ok = _login_redirect(response, "/accounts/login/", path)
+    elif want == ADMIN_LOGIN:
+        ok = _login_redirect(response, "/admin/login/", path)
+    elif want == "staff":
+        ok = response.status_code < 500 and response.status_code not in (401, 403) and not (
+            response.status_code == 302 and "/login/" in response.get("Location", ""))
+    else:
+        ok = response.status_code == want
+    if ok:
+        return None
+    return f"{response.status_code} {response.get('Location', '')}".strip()
+
+
+def test_the_matrix(world, alice, bob, staff, queue):
+    users = {"anonymous": None, "viewer": bob, "operator": alice, "staff": staff}
+    patterns = list(walk())
+    assert len(patterns) > 40  # ours, the admin's and the RQ dashboard's
+    failures, checked = [], 0
+    for role in ROLES:
+        objects = world()
+        for pattern in patterns:
+            want = expected(pattern, role)
+            if want is None:
+                continue
+            path = sample_path(pattern, objects)
+            match = resolve(path)
+            assert (match.namespace, match.url_name) == (pattern.namespace, pattern.name), \
+                f"sample {path} resolves to {match.view_name}, not {pattern.route}"
+            for method, want_status in zip(("GET", "POST"), want, strict=True):
+                if want_status is None:
+                    continue
+                client = Client(raise_request_exception=False)
+                if users[role] is not None:
+                    client.force_login(users[role])
+                response = client.get(path) if method == "GET" else client.post(path)
+                checked += 1
+                problem = _check(response, want_status, path)
+                if problem:
+                    failures.append(f"{role:9} {method:4} {path} ({pattern.namespace or 'app'}:{pattern.name}): "
+                                    f"expected {want_status}, got {problem}")
+    assert not failures, "\n".join(failures)
+    assert checked > 250
+
+
+def test_metrics_take_a_bearer_token_instead_of_a_login(client, settings):
+    settings.METRICS_TOKEN = "metrics-token-for-the-test"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    response = client.get("/metrics", headers={"Authorization": "Bearer metrics-token-for-the-test"})
+    assert response.status_code == 200 and b"ticketagent_unknown_effects" in response.content
+
+
+def test_the_sample_paths_cover_regex_and_route_patterns():
+    """A canary for the walker: includes, namespaces and regex patterns are all seen."""
+    patterns = list(walk())
+    kinds = {kind for p in patterns for kind, _ in p.pieces}
+    assert kinds == {"route", "regex"}
+    assert {"admin", "django_rq"} <= {p.namespace for p in patterns}
+    assert any(p.name == "task-resume" for p in patterns)
