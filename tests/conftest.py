@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.db import connection
 
 from ledger import faults
+from ticketagent.processes import database_url, kill_tree
 from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,14 +89,6 @@ def sandbox(sandbox_process, settings):
 # --------------------------------------------------------------------------- workers
 
 
-def database_url() -> str:
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 class Workers:
     """Real `manage.py worker` processes on the test database and queue."""
 
@@ -130,20 +122,8 @@ class Workers:
 
     @staticmethod
     def kill(proc: subprocess.Popen, sig=signal.SIGKILL, *, horse: bool = True) -> None:
-        """Kill the worker and (unless horse=False) its work-horse, which rq
-        puts in a session of its own, so a group kill alone misses it."""
-        import psutil
-
-        try:
-            children = psutil.Process(proc.pid).children(recursive=True) if horse else []
-        except psutil.NoSuchProcess:
-            children = []
-        for p in [psutil.Process(proc.pid), *children] if proc.poll() is None else children:
-            try:
-                p.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
-        proc.wait(timeout=10)
+        """Kill the worker and (unless horse=False) its work-horse."""
+        kill_tree(proc, sig, children=horse)
 
     def stop_all(self) -> None:
         for proc in self.procs:

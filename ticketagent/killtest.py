@@ -39,6 +39,7 @@ from ledger.faults import WINDOWS
 from ledger.models import Effect, EffectState
 from ledger.services import effect_decide, reconcile_not_before
 from ticketagent.models import Event, EventType, ItemStatus, Task, TaskStatus
+from ticketagent.processes import database_url, kill_tree
 from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 from ticketagent.services import ServiceError, task_create, task_resume
 from ticketagent.upload import TicketRow
@@ -108,14 +109,6 @@ class Report:
         return "\n".join([bar, *lines, bar])
 
 
-def database_url() -> str:
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 class Supervisor:
     """Starts, kills and restarts worker processes; runs the recovery sweep."""
 
@@ -148,25 +141,9 @@ class Supervisor:
         self.recovery = subprocess.Popen([sys.executable, "manage.py", "recover", "--loop"], cwd=ROOT, env=self.env,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
-    @staticmethod
-    def _kill_tree(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
-        try:
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            tree = []
-        for p in tree:
-            try:
-                p.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-
     def kill_random(self) -> None:
         i = self.rng.randrange(len(self.procs))
-        self._kill_tree(self.procs[i])
+        kill_tree(self.procs[i])
         self.wall_kills += 1
         self.procs[i] = self._start_worker()
 
@@ -188,7 +165,7 @@ class Supervisor:
     def stop(self) -> None:
         for proc in [*self.procs, self.recovery]:
             if proc is not None and proc.poll() is None:
-                self._kill_tree(proc, signal.SIGTERM)
+                kill_tree(proc, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for proc in [*self.procs, self.recovery]:
             if proc is None:
@@ -196,7 +173,7 @@ class Supervisor:
             try:
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                self._kill_tree(proc)
+                kill_tree(proc)
         # work-horses orphaned by wall-clock kills of their parent
         for p in psutil.process_iter(["environ"]):
             try:
