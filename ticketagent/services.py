@@ -105,7 +105,11 @@ def _task_maybe_finish(task: Task) -> None:
     can move without a person."""
     if task.status not in ACTIVE_TASK_STATUSES:
         return
-    counts = dict(task.items.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    # Runs at the end of every item: while items are still queued or running
+    # (nearly always), stop at the first one instead of counting the task.
+    if task.items.filter(status__in=(ItemStatus.QUEUED, ItemStatus.RUNNING)).exists():
+        return
+    counts = dict(task.items.values_list("status").annotate(n=Count("*")).values_list("status", "n"))
     if counts.get(ItemStatus.QUEUED) or counts.get(ItemStatus.RUNNING):
         return
     total = sum(counts.values())
@@ -185,39 +189,43 @@ def _incompatible_checkpoints(task: Task) -> int:
 def task_dry_run(*, task_id: int) -> DryRun:
     """What resuming would do, item by item, before anything runs."""
     task = Task.objects.get(pk=task_id)
-    effects_by_item: dict[str, list[Effect]] = {}
-    for effect in Effect.objects.filter(owner_task=str(task.pk)).only(
-            "owner_item", "owner_step", "state", "action"):
-        effects_by_item.setdefault(effect.owner_item, []).append(effect)
-    cursors = dict(Checkpoint.objects.filter(task=task).values_list("item_id", "cursor"))
+    # Plain tuples, three queries: model instances cost ~10x more per row, and
+    # `task.items.only(...)` without `task_id` reloaded every item one by one
+    # (Django fetches the deferred FK to attach the known task): 10k queries
+    # for a 10k-item task. See docs/benchmarks.md.
+    effects_by_item: dict[str, list[tuple[str, str]]] = {}
+    for owner_item, owner_step, state in Effect.objects.filter(owner_task=str(task.pk)).order_by().values_list(
+            "owner_item", "owner_step", "state"):
+        effects_by_item.setdefault(owner_item, []).append((owner_step, state))
+    cursors = dict(Checkpoint.objects.filter(task=task).order_by().values_list("item_id", "cursor"))
     out: list[DryRunItem] = []
     totals = {"recompute": 0, "retry": 0, "needs_confirmation": 0, "continue": 0, "done": 0}
-    for item in task.items.only("id", "ticket_id", "status").order_by("row"):
-        effects = effects_by_item.get(str(item.pk), [])
-        if item.status in (ItemStatus.DONE, ItemStatus.SKIPPED):
-            entry = DryRunItem(item.pk, item.ticket_id, item.status, "done")
-        elif item.status == ItemStatus.WAITING_APPROVAL:
-            entry = DryRunItem(item.pk, item.ticket_id, item.status, "needs_confirmation", ["close_ticket"],
+    open_states = (EffectState.UNKNOWN, EffectState.INTENT)
+    for pk, ticket_id, status in Item.objects.filter(task=task).order_by("row").values_list(
+            "id", "ticket_id", "status"):
+        effects = effects_by_item.get(str(pk), ())
+        if status in (ItemStatus.DONE, ItemStatus.SKIPPED):
+            entry = DryRunItem(pk, ticket_id, status, "done")
+        elif status == ItemStatus.WAITING_APPROVAL:
+            entry = DryRunItem(pk, ticket_id, status, "needs_confirmation", ["close_ticket"],
                                "waits for an operator's approval")
-        elif item.status == ItemStatus.WAITING_REVIEW or any(
-                e.state in (EffectState.UNKNOWN, EffectState.INTENT) for e in effects):
-            steps = [e.owner_step for e in effects if e.state in (EffectState.UNKNOWN, EffectState.INTENT)]
-            entry = DryRunItem(item.pk, item.ticket_id, item.status, "needs_confirmation", steps,
+        elif status == ItemStatus.WAITING_REVIEW or any(state in open_states for _, state in effects):
+            steps = [step for step, state in effects if state in open_states]
+            entry = DryRunItem(pk, ticket_id, status, "needs_confirmation", steps,
                                "unknown effects: resume will not touch them")
-        elif item.status == ItemStatus.RUNNING:
-            entry = DryRunItem(item.pk, item.ticket_id, item.status, "continue", [], "running now")
+        elif status == ItemStatus.RUNNING:
+            entry = DryRunItem(pk, ticket_id, status, "continue", [], "running now")
         else:
-            cursor = cursors.get(item.pk, 0)
+            cursor = cursors.get(pk, 0)
             redo = [s.name for s in STEPS[cursor:] if s.name in MODEL_STEPS]
-            retry = [e.owner_step for e in effects if e.state == EffectState.FAILED]
+            retry = [step for step, state in effects if state == EffectState.FAILED]
             if retry:
-                entry = DryRunItem(item.pk, item.ticket_id, item.status, "retry", retry,
+                entry = DryRunItem(pk, ticket_id, status, "retry", retry,
                                    "effects that did not happen are tried again with the same key")
             elif redo:
-                entry = DryRunItem(item.pk, item.ticket_id, item.status, "recompute", redo)
+                entry = DryRunItem(pk, ticket_id, status, "recompute", redo)
             else:
-                entry = DryRunItem(item.pk, item.ticket_id, item.status, "continue",
-                                   [s.name for s in STEPS[cursor:]])
+                entry = DryRunItem(pk, ticket_id, status, "continue", [s.name for s in STEPS[cursor:]])
         totals[entry.action] += 1
         out.append(entry)
     blocked = ""
@@ -236,6 +244,8 @@ def task_resume(*, task_id: int, actor: str) -> DryRun:
         task = _task_locked(task_id)
         if task.status in (TaskStatus.CANCELLED, TaskStatus.NEEDS_MIGRATION):
             raise ServiceError(f"a {task.get_status_display()} task cannot be resumed")
+        if task.status == TaskStatus.COMPLETED:
+            raise ServiceError("this task is completed: there is nothing to resume")
         if _incompatible_checkpoints(task):
             task.status = TaskStatus.NEEDS_MIGRATION
             task.status_reason = plan.blocked_reason
@@ -388,15 +398,34 @@ class Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
+# item id -> task id: never changes, so a worker looks it up once per item,
+# not once per phase (ten phases an item).
+_TASK_OF_ITEM: dict[int, int] = {}
+
+
+def _task_of_item(item_id: int, *, fresh: bool = False) -> int | None:
+    task_id = None if fresh else _TASK_OF_ITEM.get(item_id)
+    if task_id is None:
+        task_id = Item.objects.filter(pk=item_id).values_list("task_id", flat=True).first()
+        if task_id is not None:
+            if len(_TASK_OF_ITEM) > 10_000:
+                _TASK_OF_ITEM.clear()
+            _TASK_OF_ITEM[item_id] = task_id
+    return task_id
+
+
 def _lock_held(item_id: int, token: str) -> tuple[Task, Item]:
     """Inside a transaction: lock task and item, or raise LeaseLost."""
-    task_id = Item.objects.filter(pk=item_id).values_list("task_id", flat=True).first()
-    if task_id is None:
+    task_id = _task_of_item(item_id)
+    task = Task.objects.select_for_update().filter(pk=task_id).first() if task_id is not None else None
+    if task is None:
         raise LeaseLost(f"item {item_id} is gone")
-    task = _task_locked(task_id)
     item = Item.objects.select_for_update().filter(pk=item_id, lease_token=token, status=ItemStatus.RUNNING).first()
     if item is None:
         raise LeaseLost(f"item {item_id}: lease {token[:8]} was taken over")
+    if item.task_id != task.pk:  # a stale entry (ids reused after a test database flush): look it up again
+        _TASK_OF_ITEM.pop(item_id, None)
+        return _lock_held(item_id, token)
     return task, item
 
 
@@ -427,7 +456,7 @@ def item_take_over(item: Item, *, actor: str, why: str) -> list[Effect]:
 def _lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
     now = timezone.now()
     with transaction.atomic():
-        task_id = Item.objects.filter(pk=item_id).values_list("task_id", flat=True).first()
+        task_id = _task_of_item(item_id, fresh=True)  # looked up at each lease; the phases reuse it
         if task_id is None:
             return "item does not exist", None, None
         task = _task_locked(task_id)
