@@ -134,15 +134,20 @@ def effect_run(
 
     # --- phase 2: the outcome, fenced by the holder ------------------------------
     with transaction.atomic():
-        updated = Effect.objects.filter(pk=effect.pk, state=EffectState.INTENT, holder=holder).update(
-            state=result.state, external_ref=result.external_ref[:200], last_error=result.error[:4000],
-            updated_at=timezone.now(),
-        )
-        effect.refresh_from_db()
+        now = timezone.now()
+        outcome = dict(state=result.state, external_ref=result.external_ref[:200], last_error=result.error[:4000],
+                       updated_at=now)
+        updated = Effect.objects.filter(pk=effect.pk, state=EffectState.INTENT, holder=holder).update(**outcome)
         if updated:
+            # The row is ours (still `intent` under our holder, now locked by
+            # the UPDATE): it is what phase 1 left plus this outcome, so it is
+            # not read back (one round trip less per effect).
+            for name, value in outcome.items():
+                setattr(effect, name, value)
             record_transition(effect, EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=holder,
                               note=result.error or result.external_ref)
         else:
+            effect.refresh_from_db()
             # Our lease was taken over while we were calling: the new owner's
             # recovery already turned the row into `unknown`. Leave the truth
             # to reconcile; note what we saw.
@@ -155,6 +160,38 @@ def effect_run(
 
 def _phase_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder, fence,
                   authorized_by, blocked_args):
+    # The common case first: a new key and a new slot. One INSERT, no look-up
+    # and no savepoint; the unique indexes are the check. If they refuse, the
+    # transaction is gone, and the general path below (look-up, retry,
+    # blocked duplicate or conflict) runs in a new one. Under PostgreSQL a
+    # concurrent uncommitted insert of the same key makes this INSERT wait,
+    # then fail, exactly as the general path's insert would.
+    try:
+        with transaction.atomic():
+            if fence is not None:
+                fence()
+            effect = _insert_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder,
+                                    authorized_by, timezone.now())
+            record_transition(effect, "", "EFFECT_INTENT", actor=holder, note=effect.payload_summary)
+            return effect, ""
+    except IntegrityError:
+        pass
+    return _phase_intent_general(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder,
+                                 fence, authorized_by, blocked_args)
+
+
+def _insert_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder, authorized_by, now):
+    return Effect.objects.create(
+        idempotency_key=key, slot=slot, action=spec.name, effect_class=spec.effect_class,
+        channel=spec.channel, state=EffectState.INTENT, attempts=1, owner_task=owner_task,
+        owner_item=owner_item, owner_step=owner_step, holder=holder, payload=payload,
+        payload_hash=p_hash, payload_summary=summarize(payload), authorized_by=authorized_by,
+        intent_at=now,
+    )
+
+
+def _phase_intent_general(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder, fence,
+                          authorized_by, blocked_args):
     now = timezone.now()
     with transaction.atomic():
         if fence is not None:
@@ -184,13 +221,8 @@ def _phase_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owne
             return existing, BlockedDuplicate.Kind.DUPLICATE
         try:
             with transaction.atomic():
-                effect = Effect.objects.create(
-                    idempotency_key=key, slot=slot, action=spec.name, effect_class=spec.effect_class,
-                    channel=spec.channel, state=EffectState.INTENT, attempts=1, owner_task=owner_task,
-                    owner_item=owner_item, owner_step=owner_step, holder=holder, payload=payload,
-                    payload_hash=p_hash, payload_summary=summarize(payload), authorized_by=authorized_by,
-                    intent_at=now,
-                )
+                effect = _insert_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step,
+                                        holder, authorized_by, now)
         except IntegrityError:
             effect = None
         if effect is None:

@@ -37,6 +37,15 @@ def _disarm_crash_points():
     faults.disarm()
 
 
+@pytest.fixture(autouse=True)
+def _own_rate_limit_counters(settings):
+    """Rate-limit counters live in Redis, shared by every process: each test
+    counts under a prefix of its own."""
+    import uuid
+
+    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
+
+
 # --------------------------------------------------------------------------- redis
 
 

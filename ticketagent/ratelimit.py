@@ -131,7 +131,7 @@ MESSAGES = {
               "nothing was uploaded.",
     "action": "Too many actions: the limit is {limit} a minute per user. Try again in {retry_after} s; "
               "nothing was changed.",
-    "login": "Too many failed logins for this user name: try again in {retry_after} s.",
+    "login": "Too many failed logins for this user name. Try again in {retry_after} s.",
 }
 
 

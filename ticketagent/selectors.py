@@ -48,7 +48,7 @@ def _progress(task: Task, counts: dict, last_finished) -> Progress:
 
 
 def task_progress(task: Task) -> Progress:
-    counts = dict(Item.objects.filter(task=task).values_list("status").annotate(n=Count("id")))
+    counts = dict(Item.objects.filter(task=task).values_list("status").annotate(n=Count("*")))
     last = Item.objects.filter(task=task, finished_at__isnull=False).aggregate(last=Max("finished_at"))["last"]
     return _progress(task, counts, last)
 
@@ -73,7 +73,7 @@ def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Tas
     ids = [t.pk for t in tasks]
     counts: dict[int, dict] = {}
     for task_id, status, n in Item.objects.filter(task__in=ids).values_list("task_id", "status").annotate(
-            n=Count("id")):
+            n=Count("*")):
         counts.setdefault(task_id, {})[status] = n
     last_finished = dict(Item.objects.filter(task__in=ids, finished_at__isnull=False).values_list("task_id")
                          .annotate(last=Max("finished_at")))
@@ -86,11 +86,16 @@ def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Tas
 def health_numbers() -> dict:
     """The dashboard tiles and /metrics, from the database.
 
+    Counts are `COUNT(*)`, not `COUNT(id)`: PostgreSQL then answers the
+    per-state counts from the (state, ...) indexes alone (index-only scans)
+    instead of reading every row -- 2-3x faster at 300k effects
+    (docs/benchmarks.md).
+
     The age of the oldest unknown counts from its intent: how long nobody
     has known whether that action happened (reconcile attempts do not reset it).
     """
     now = timezone.now()
-    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).aggregate(n=Count("id"), oldest=Min("intent_at"))
+    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).aggregate(n=Count("*"), oldest=Min("intent_at"))
     oldest_age = max((now - unknown["oldest"]).total_seconds(), 0.0) if unknown["oldest"] else 0.0
     return {
         "resumes": Event.objects.filter(type=EventType.RESUMED).count(),
@@ -98,9 +103,9 @@ def health_numbers() -> dict:
         "unknown": unknown["n"],
         "unknown_oldest_seconds": oldest_age,
         "blocked_duplicates": BlockedDuplicate.objects.count(),
-        "items_by_state": dict(Item.objects.values_list("status").annotate(n=Count("id"))),
-        "effects_by_state": dict(Effect.objects.values_list("state").annotate(n=Count("id"))),
-        "tasks_by_state": dict(Task.objects.values_list("status").annotate(n=Count("id"))),
+        "items_by_state": dict(Item.objects.values_list("status").annotate(n=Count("*"))),
+        "effects_by_state": dict(Effect.objects.values_list("state").annotate(n=Count("*"))),
+        "tasks_by_state": dict(Task.objects.values_list("status").annotate(n=Count("*"))),
     }
 
 

@@ -23,6 +23,7 @@ from ledger.channels import CHANNELS
 from ledger.models import Effect
 from ledger.services import ReviewError, effect_decide, effect_reconcile
 from ticketagent import selectors
+from ticketagent.export import event_line
 from ticketagent.models import Checkpoint, Event, Item, NotifyChannel, Task
 from ticketagent.plan import STEPS
 from ticketagent.services import (
@@ -103,7 +104,8 @@ def task_list(request):
 
 
 class UploadForm(forms.Form):
-    file = forms.FileField(help_text="CSV or JSONL; columns ticket_id, customer_email, subject, body "
+    file = forms.FileField(allow_empty_file=True,
+                           help_text="CSV or JSONL; columns ticket_id, customer_email, subject, body "
                                      "(+ customer_name, priority, language, metadata)")
     name = forms.CharField(required=False, max_length=200)
     notify_channel = forms.ChoiceField(choices=NotifyChannel.choices, initial=NotifyChannel.HELPDESK)
@@ -121,25 +123,24 @@ def upload(request):
         form = UploadForm(request.POST, request.FILES)
         if form.is_valid():
             f = form.cleaned_data["file"]
-            if f.size > settings.UPLOAD_MAX_BYTES:
-                errors = [f"file: {f.name} is {f.size / 1e6:.1f} MB; the limit is "
-                          f"{settings.UPLOAD_MAX_BYTES / 1e6:.1f} MB"]
+            # The request body is capped before it is read (middleware); the
+            # parser checks the file's own cap first, with the same words as
+            # `manage.py upload`.
+            try:
+                task = task_upload(
+                    data=f.read(), filename=f.name, user=request.user, name=form.cleaned_data["name"],
+                    allow_auto_close=form.cleaned_data["allow_auto_close"],
+                    notify_channel=form.cleaned_data["notify_channel"],
+                    failure_threshold=form.cleaned_data["failure_threshold"])
+            except UploadRejected as exc:
+                errors = [str(e) for e in exc.errors]
             else:
-                try:
-                    task = task_upload(
-                        data=f.read(), filename=f.name, user=request.user, name=form.cleaned_data["name"],
-                        allow_auto_close=form.cleaned_data["allow_auto_close"],
-                        notify_channel=form.cleaned_data["notify_channel"],
-                        failure_threshold=form.cleaned_data["failure_threshold"])
-                except UploadRejected as exc:
-                    errors = [str(e) for e in exc.errors]
-                else:
-                    url = reverse("task-detail", args=[task.pk])
-                    if request.htmx:
-                        response = HttpResponse(status=204)
-                        response["HX-Redirect"] = url
-                        return response
-                    return redirect(url)
+                url = reverse("task-detail", args=[task.pk])
+                if request.htmx:
+                    response = HttpResponse(status=204)
+                    response["HX-Redirect"] = url
+                    return response
+                return redirect(url)
     else:
         form = UploadForm()
     status = 400 if errors or form.errors else 200
@@ -188,24 +189,11 @@ def task_events_jsonl(request, pk):
 
     def lines():
         for event in Event.objects.filter(task=task).order_by("id").iterator(chunk_size=2000):
-            yield json.dumps({"timestamp": event.timestamp.isoformat(), "type": event.type,
-                              "payload": _export_safe(event.payload), "item": event.item_id,
-                              "actor": event.actor}, ensure_ascii=False) + "\n"
+            yield json.dumps(event_line(event), ensure_ascii=False) + "\n"
 
     response = StreamingHttpResponse(lines(), content_type="application/x-ndjson; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="task-{task.pk}-events.jsonl"'
     return response
-
-
-def _export_safe(value):
-    """Neutralise spreadsheet formulas in exported strings."""
-    if isinstance(value, str):
-        return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
-    if isinstance(value, dict):
-        return {k: _export_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_export_safe(v) for v in value]
-    return value
 
 
 @login_required

@@ -3,6 +3,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ticketagent.export import unescape
 from ticketagent.models import Task
 from ticketagent.replay import diff, replay, tables_state, task_events
 
@@ -22,7 +23,7 @@ class Command(BaseCommand):
         if source:
             try:
                 with open(source, encoding="utf-8") as fh:
-                    events = [json.loads(line) for line in fh if line.strip()]
+                    events = [unescape(json.loads(line)) for line in fh if line.strip()]
             except (OSError, ValueError) as exc:
                 raise CommandError(f"{source}: {exc}") from None
         else:

@@ -1,0 +1,61 @@
+"""Smoke test of `manage.py bench` with tiny sizes: the sections run and the
+table comes out. No timing is asserted: the figures are the benchmark's
+business (docs/benchmarks.md), not the test suite's."""
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from ticketagent.bench.model_server import answer_for
+from ticketagent.bench.runner import BEGIN, END, TINY, Results, Row, write_doc
+from ticketagent.schemas import Decision, Reply, Triage
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_in_process_sections_print_a_table(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    out = io.StringIO()
+    call_command("bench", "--in-place", "--sizes", "tiny", "--only", "gate,dashboard,dryrun,replay", "--no-write",
+                 stdout=out)
+    text = out.getvalue()
+    assert "| # | figure | result | target |" in text
+    for figure in ("gate (ledger only) vs floor", "task list", "task detail", "review queue", "/metrics",
+                   "dry-run of a", "replay of"):
+        assert figure in text, text
+    raw = json.loads((tmp_path / "bench" / "last-run.json").read_text())
+    assert raw["sizes"] == "tiny" and raw["raw"]["dryrun"]["items"] == TINY.dataset_big_task
+
+
+@pytest.mark.slow
+def test_worker_sections_run_and_leave_nothing_behind(settings, tmp_path, sandbox, queue):
+    import psutil
+
+    settings.VAR_DIR = tmp_path
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    out = io.StringIO()
+    call_command("bench", "--in-place", "--sizes", "tiny", "--only", "overhead,latency", "--no-write", stdout=out)
+    text = out.getvalue()
+    assert "durable vs naive" in text and "model 0.05 s/call" in text, text
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not left, f"processes left running: {left}"
+
+
+def test_model_server_answers_fit_the_schemas():
+    ticket = {"ticket_id": "T-1", "subject": "Refund for invoice 7", "body": "charged twice", "priority": "high"}
+    Triage.model_validate(answer_for("Triage", ticket))
+    Reply.model_validate(answer_for("Reply", ticket))
+    Decision.model_validate(answer_for("Decision", ticket))
+
+
+def test_the_doc_keeps_its_prose_and_replaces_the_table(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Benchmarks\n\nprose before\n\n{BEGIN}\nold table\n{END}\n\nprose after\n")
+    results = Results(sizes=TINY, rows=[Row("1", "figure", "result", "target", True)],
+                      machine={"command": "manage.py bench", "CPU": "test"})
+    write_doc(doc, results)
+    text = doc.read_text()
+    assert "prose before" in text and "prose after" in text and "old table" not in text
+    assert "| 1 | figure | result | target | met |" in text

@@ -1,0 +1,34 @@
+"""Exports that are safe to open in a spreadsheet and still replay exactly.
+
+A string a spreadsheet would take for a formula (leading =, +, -, @, tab or
+CR) is exported behind a leading apostrophe. So that this is reversible, a
+string that already starts with an apostrophe gets one more. `unescape()`
+undoes it, so `manage.py replay --from events.jsonl` sees the original data.
+"""
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def export_safe(value):
+    if isinstance(value, str):
+        return "'" + value if value.startswith(_FORMULA_START) else value
+    if isinstance(value, dict):
+        return {k: export_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [export_safe(v) for v in value]
+    return value
+
+
+def unescape(value):
+    if isinstance(value, str):
+        return value[1:] if value.startswith("'") else value
+    if isinstance(value, dict):
+        return {k: unescape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unescape(v) for v in value]
+    return value
+
+
+def event_line(event) -> dict:
+    return {"timestamp": event.timestamp.isoformat(), "type": event.type, "payload": export_safe(event.payload),
+            "item": event.item_id, "actor": export_safe(event.actor)}
