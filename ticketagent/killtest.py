@@ -48,7 +48,7 @@ ROOT = Path(settings.BASE_DIR)
 SUBJECTS = [
     ("Refund for invoice {n}", "I was charged twice for invoice {n}. Please refund one payment."),
     ("Cannot log in", "My password reset link does not work, account {n} is locked."),
-    ("Thanks!", "Great support last week, thank you so much."),
+    ("Thanks!", "Great support last week, thank you so much. You can close this ticket."),
     ("Site down, urgent", "Your service is down since this morning, this is urgent."),
     ("Where is my package", "Tracking for order {n} has not moved in a week."),
 ]

@@ -82,6 +82,10 @@ _CATEGORY_WORDS = [
                   "lieferung", "livraison", "envío", "快递", "配送")),
     ("feedback", ("thank", "great", "love", "suggestion", "danke", "merci", "gracias", "谢谢", "ありがとう")),
 ]
+# Only the customer's own request closes a ticket (and closing still needs
+# "allow automatic close" or an operator's approval).
+_CLOSE_REQUESTS = ("close this ticket", "close my ticket", "you can close", "ticket can be closed",
+                   "ticket schließen", "fermer ce ticket", "cerrar este ticket", "关闭工单", "クローズしてください")
 _URGENT = ("urgent", "asap", "immediately", "outage", "down", "dringend", "urgente", "紧急", "至急")
 _NEGATIVE = ("angry", "terrible", "unacceptable", "worst", "disappointed", "frustrated", "refund", "broken")
 
@@ -115,9 +119,12 @@ class OfflineModel:
         if triage.priority == "urgent" or triage.sentiment == "negative" and triage.category == "billing":
             return Decision(actions=actions + ["escalate"], status="escalated",
                             reason=f"{triage.priority} {triage.category} ticket: a person should follow up")
-        if triage.category == "feedback":
+        text = f"{ticket['subject']}\n{ticket['body']}".lower()
+        if any(phrase in text for phrase in _CLOSE_REQUESTS):
             return Decision(actions=actions + ["close_ticket"], status="solved",
-                            reason="feedback answered; nothing left to do")
+                            reason="the customer asked to close the ticket")
+        if triage.category == "feedback":
+            return Decision(actions=actions, status="solved", reason="feedback answered; nothing left to do")
         return Decision(actions=actions, status="pending", reason="answered; waiting for the customer")
 
 

@@ -46,7 +46,7 @@ def test_an_item_enqueued_twice_is_processed_once(workers, sandbox):
 def test_close_waits_for_approval_unless_the_task_allows_it(workers, sandbox):
     from ticketagent.services import item_decide_approval
 
-    thanks = dict(subject="Thanks", body="Great support, thank you!")
+    thanks = dict(subject="Thanks", body="Great support, thank you! You can close this ticket.")
     waiting = make_task(2, **thanks)
     auto = make_task(1, allow_auto_close=True, data=None, **thanks)
     assert workers.burst() == 0, workers.logs()
