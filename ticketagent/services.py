@@ -42,6 +42,13 @@ from ticketagent.schemas import SCHEMA_VERSION, Decision, Reply, Triage
 
 log = logging.getLogger(__name__)
 
+if settings.OPENAI_API_KEY:
+    # rq forks a work-horse per job from the worker process, which imports
+    # this module at start (its recovery pass): importing the SDK here once
+    # saves every item ~0.4 s of CPU re-importing it (docs/benchmarks.md, 3).
+    import httpx2  # noqa: F401
+    import openai  # noqa: F401
+
 
 class LeaseLost(Exception):
     """This worker no longer holds the item: stop without writing."""

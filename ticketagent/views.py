@@ -164,7 +164,9 @@ def _detail_context(request, task: Task, **extra) -> dict:
 @require_GET
 def task_detail(request, pk):
     task = _task(pk)
-    return _render(request, "tasks/detail.html", None, _detail_context(request, task))
+    # The items table polls itself (with its page) while the task runs.
+    fragment = "items" if request.htmx and request.headers.get("HX-Target") == "items" else None
+    return _render(request, "tasks/detail.html", fragment, _detail_context(request, task))
 
 
 @login_required

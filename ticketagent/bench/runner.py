@@ -51,7 +51,8 @@ ROOT = Path(settings.BASE_DIR)
 SECTIONS = ("overhead", "gate", "latency", "kill", "dashboard", "dryrun", "replay")
 DATASET_SECTIONS = ("dashboard", "dryrun", "replay")
 DATASET_MARK = "bench dataset"
-BIG_TASK = f"{DATASET_MARK} v2: big task"  # bump when the generator changes: a reused dataset must match
+BIG_TASK = f"{DATASET_MARK} v3: big task"  # bump when the generator changes: a reused dataset must match
+WORKER_MARK = "TICKETAGENT_BENCH_WORKER"  # env of the worker processes (and their work-horses) of one run
 
 
 # --------------------------------------------------------------------------- sizes
@@ -228,7 +229,8 @@ class Processes:
 
     # workers ---------------------------------------------------------------
     def start_workers(self, n: int, extra_env: dict | None = None) -> list[subprocess.Popen]:
-        procs = [self._spawn([sys.executable, "manage.py", "worker"], "worker", extra_env) for _ in range(n)]
+        env = {**(extra_env or {}), WORKER_MARK: str(self.workdir)}
+        procs = [self._spawn([sys.executable, "manage.py", "worker"], "worker", env) for _ in range(n)]
         self.workers += procs
         return procs
 
@@ -278,11 +280,11 @@ class Processes:
         self._kill_orphans()
 
     def _kill_orphans(self) -> None:
-        """Work-horses whose parent was killed: found by the run's env marker."""
+        """Work-horses whose parent was killed: found by the workers' env marker."""
         mark = str(self.workdir)
         for p in psutil.process_iter(["environ"]):
             try:
-                if (p.info["environ"] or {}).get("TICKETAGENT_BENCH_RUN") == mark and p.pid != os.getpid():
+                if (p.info["environ"] or {}).get(WORKER_MARK) == mark and p.pid != os.getpid():
                     p.kill()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
@@ -461,7 +463,7 @@ class Bench:
         env.update({
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "ticketagent.settings"),
             "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL, "RQ_QUEUE": settings.RQ_QUEUE,
-            "PYTHONUNBUFFERED": "1", "TICKETAGENT_BENCH_RUN": str(self.workdir), "OPENAI_API_KEY": "",
+            "PYTHONUNBUFFERED": "1", "OPENAI_API_KEY": "",
             "NO_PROXY": "127.0.0.1,localhost",
         })
         self.procs = Processes(self.workdir, env)
@@ -539,6 +541,7 @@ class Bench:
         redis_conn = queue.connection
         raw = self.results.raw.setdefault("overhead", {})
         for w in s.overhead_workers:
+            invalid: list[str] = []
             procs = self.procs.start_workers(w)
             self.procs.wait_workers_ready(procs)
             figures = {}
@@ -565,15 +568,16 @@ class Bench:
                     end = wait_task_ended(task.pk, n, timeout=60 + n * 2)
                     outcome = task_outcome(task.pk)
                     if outcome.get("done", 0) != n:
-                        self.results.notes.append(f"overhead, {w} worker(s): durable items ended {outcome}")
+                        invalid.append(f"{w} worker(s): durable items ended {outcome}")
                     figures[kind] = n / (end - t0)
                 self.log(f"  {w} worker(s) {kind:7s}: {figures[kind]:6.1f} items/s")
             self.procs.stop_workers(procs)
             ratio = figures["durable"] / figures["naive"]
             raw[w] = {**figures, "ratio": ratio}
+            self.results.notes += [f"overhead, {why} — this figure is not valid" for why in invalid]
             self.results.add("1", f"throughput, {w} worker{'s' if w > 1 else ''}: durable vs naive",
-                             f"{figures['durable']:.1f} vs {figures['naive']:.1f} items/s = **{ratio:.2f}×**",
-                             "≥ 0.8×", ratio >= 0.8)
+                             f"{figures['durable']:.1f} vs {figures['naive']:.1f} items/s = **{ratio:.2f}×**"
+                             + (" (INVALID, see notes)" if invalid else ""), "≥ 0.8×", ratio >= 0.8 and not invalid)
         if "overhead" in self.profile:
             self._profile_pipeline()
 
@@ -711,8 +715,10 @@ class Bench:
                 sampler.stop()
                 self.procs.stop_workers(procs)
                 outcome = task_outcome(task.pk)
-                if outcome.get("done", 0) != n:
-                    self.results.notes.append(f"latency, {w} worker(s): items ended {outcome}")
+                valid = outcome.get("done", 0) == n
+                if not valid:
+                    self.results.notes.append(f"latency, {w} worker(s): items ended {outcome} — this figure is not "
+                                              f"valid (logs: {self.workdir})")
                 ips = n / (end - t0)
                 ideal = w / (3 * s.model_latency)
                 rss = max(sampler.peak_rss.values(), default=0) / 2**20
@@ -727,8 +733,9 @@ class Bench:
                          f"PSS {pss:.0f} MB")
                 plural = "s" if w > 1 else ""
                 self.results.add("3", f"{n} tickets, {w} worker{plural}, model {s.model_latency:g} s/call",
-                                 f"{ips:.2f} items/s vs ideal {ideal:.2f} = **{ips / ideal:.2f}×**",
-                                 "≥ 0.9× ideal (W / 3 s)", ips / ideal >= 0.9)
+                                 f"{ips:.2f} items/s vs ideal {ideal:.2f} = **{ips / ideal:.2f}×**"
+                                 + ("" if valid else " (INVALID, see notes)"),
+                                 "≥ 0.9× ideal (W / 3 s)", valid and ips / ideal >= 0.9)
         finally:
             self.procs.stop_other(server)
         self.results.add("3", "peak memory per worker (parent + work-horse)",
@@ -900,12 +907,12 @@ class Bench:
         statuses = ["done"] * n
         if big:
             # a suspended task halfway: done, queued, failed, waiting for people
-            cut = [int(n * f) for f in (0.70, 0.90, 0.95, 0.98)]
+            cut = [int(n * f) for f in (0.70, 0.90, 0.97, 0.98)]
             for i in range(n):
                 statuses[i] = ("done" if i < cut[0] else "queued" if i < cut[1] else "failed" if i < cut[2]
                                else "waiting_review" if i < cut[3] else "waiting_approval")
         elif task.status == "needs_review":
-            for i in range(n - n // 20, n):
+            for i in range(n - n // 50, n):
                 statuses[i] = "waiting_review"
         items = []
         for i in range(n):
@@ -919,7 +926,6 @@ class Bench:
                 failure_kind="rate_limit" if st == "failed" else ""))
         items = Item.objects.bulk_create(items, batch_size=2000)
         cps, effects, events = [], [], []
-        unknown_left = 300 * size // s.dataset_items + 1  # ~300 unknown effects over the whole dataset
         for item, st in zip(items, statuses, strict=True):
             cursor = len(STEPS) if st == "done" else (3 if st in ("waiting_review", "waiting_approval") else
                                                       (item.pk % 3))
@@ -932,11 +938,11 @@ class Bench:
                 action, channel, klass = step, "helpdesk", "overwrite" if step == "save_draft" else "once"
                 state, resolved = "committed", ""
                 if st == "waiting_review" and step == "notify_customer":
-                    if unknown_left > 0:
-                        action, channel, state = "notify_customer_email", "email", "unknown"
-                        unknown_left -= 1
-                    else:
-                        state, resolved = "committed", "reconcile"
+                    # it waits because its email's outcome is unknown (the email
+                    # channel has no look-up: the sweep leaves it to a person)
+                    action, channel, state = "notify_customer_email", "email", "unknown"
+                elif step == "notify_customer" and item.pk % 97 == 0:
+                    resolved = "reconcile"  # the review page's "recently resolved"
                 payload = {"ticket": item.ticket_id, "body": {"to": item.customer_email, "subject": reply["subject"],
                                                               "body": reply["body"]}}
                 p_hash = payload_hash(payload)
