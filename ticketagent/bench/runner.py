@@ -76,12 +76,12 @@ class Sizes:
     replay_events: int = 100_000
     dashboard_requests: int = 30
     dryrun_repeats: int = 5
-    replay_repeats: int = 3
+    replay_repeats: int = 1
 
 
 QUICK = Sizes("quick")
 FULL = Sizes("full", overhead_items=300, gate_ops=2000, latency_workers=(4, 8, 16), latency_items=1000,
-             kill_rounds=10, dashboard_requests=100, dryrun_repeats=10, replay_repeats=5)
+             kill_rounds=10, dashboard_requests=100, dryrun_repeats=10, replay_repeats=3)
 # For the smoke test only: everything, tiny.
 TINY = Sizes("tiny", overhead_items=4, overhead_workers=(1,), gate_ops=10, latency_workers=(1,), latency_per_worker=1,
              model_latency=0.05, kill_rounds=1, dataset_items=300, dataset_big_task=100, dataset_task_size=50,
