@@ -9,18 +9,8 @@ them with it).
 
 from django.contrib import admin
 
+from ledger.admin import ReadOnlyAdmin as ViewOnlyAdmin
 from ticketagent.models import Blob, Checkpoint, Event, Item, Task
-
-
-class ViewOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Task)
