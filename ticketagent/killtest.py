@@ -36,7 +36,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ledger.faults import WINDOWS
-from ledger.models import Effect, EffectState
+from ledger.models import BlockedDuplicate, Effect, EffectState
 from ledger.services import effect_decide, reconcile_not_before
 from ticketagent.models import Event, EventType, ItemStatus, Task, TaskStatus
 from ticketagent.processes import database_url, kill_tree
@@ -286,14 +286,7 @@ def _check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:
     effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task=str(task.pk))}
     deliveries = Counter({k: n for k, n in _all_deliveries(sandbox).items() if k in effects})
     report.items += task.items.count()
-    for key, n in deliveries.items():
-        effect = effects[key]
-        if n > 1 and effect.effect_class in ("once", "irreversible"):
-            report.duplicates += n - 1
-            report.problems.append(f"task {task.pk}: {effect.action} for item {effect.owner_item} delivered {n} times")
-        if effect.state != EffectState.COMMITTED:
-            report.problems.append(f"task {task.pk}: {effect.action} item {effect.owner_item} was delivered but the "
-                                   f"ledger says {effect.state}")
+    _check_deliveries(effects, deliveries, report, f"task {task.pk}")
     for key, effect in effects.items():
         if effect.state == EffectState.COMMITTED and key not in deliveries:
             report.problems.append(f"task {task.pk}: {effect.action} item {effect.owner_item} committed but never "
@@ -310,8 +303,6 @@ def _check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:
     report.delivered += sum(deliveries.values())
     report.reconciled += sum(1 for e in effects.values() if e.resolved_by == "reconcile")
     report.resumes += Event.objects.filter(task=task, type=EventType.RESUMED).count()
-    from ledger.models import BlockedDuplicate
-
     report.blocked += BlockedDuplicate.objects.filter(owner_task=str(task.pk)).count()
 
 
