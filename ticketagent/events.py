@@ -15,7 +15,8 @@ def blob_put(content) -> str:
     """Store a (possibly big) JSON value once; return its reference."""
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     sha = hashlib.sha256(text.encode()).hexdigest()
-    Blob.objects.get_or_create(sha256=sha, defaults={"content": content})
+    # one INSERT … ON CONFLICT DO NOTHING: no read first, no savepoint
+    Blob.objects.bulk_create([Blob(sha256=sha, content=content)], ignore_conflicts=True)
     return sha
 
 

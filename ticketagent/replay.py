@@ -25,7 +25,8 @@ def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).con
                                  "step_outputs": {}, "retry_count": 0}
         elif kind == "STEP_DONE":
             cp = checkpoints[item]
-            cp["step_outputs"] = {**cp["step_outputs"], payload["step"]: blob(payload["output_ref"])}
+            output = event["output"] if "output" in event else blob(payload["output_ref"])
+            cp["step_outputs"] = {**cp["step_outputs"], payload["step"]: output}
             cp["cursor"] = payload["cursor"]
         elif kind == "RESUMED":
             for item_id in payload.get("items", []):
@@ -38,9 +39,23 @@ def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).con
     return {"checkpoints": checkpoints, "effects": effects, "blocked_duplicates": blocked}
 
 
-def task_events(task_id: int) -> Iterable[dict]:
-    for e in Event.objects.filter(task_id=task_id).order_by("id").iterator(chunk_size=5000):
-        yield {"type": e.type, "payload": e.payload, "item": e.item_id}
+def task_events(task_id: int, chunk: int = 5000) -> Iterable[dict]:
+    """The task's events in order, each STEP_DONE carrying its output (one blob
+    query per chunk of events, not one per event)."""
+    last_id = 0
+    while True:
+        batch = list(Event.objects.filter(task_id=task_id, id__gt=last_id).order_by("id")
+                     .values_list("id", "type", "payload", "item_id")[:chunk])
+        if not batch:
+            return
+        last_id = batch[-1][0]
+        refs = {p["output_ref"] for _, t, p, _ in batch if t == "STEP_DONE"}
+        blobs = dict(Blob.objects.filter(sha256__in=refs).values_list("sha256", "content")) if refs else {}
+        for _, kind, payload, item in batch:
+            event = {"type": kind, "payload": payload, "item": item}
+            if kind == "STEP_DONE":
+                event["output"] = blobs[payload["output_ref"]]
+            yield event
 
 
 def tables_state(task_id: int) -> dict:

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 
+from django.core.paginator import Paginator
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
@@ -131,10 +132,17 @@ def effects_with_owners(effects) -> list[Effect]:
     return effects
 
 
-def review_queue():
-    """Unknown effects, oldest first, and the items waiting for an approval."""
-    unknown = effects_with_owners(Effect.objects.filter(state=EffectState.UNKNOWN).order_by("intent_at", "id"))
-    approvals = Item.objects.filter(status=ItemStatus.WAITING_APPROVAL).select_related("task").order_by("updated_at")
+REVIEW_PAGE_SIZE = 50
+
+
+def review_queue(*, unknown_page=1, approvals_page=1):
+    """Unknown effects, oldest first, and the items waiting for an approval:
+    a page of each (the counts are for the whole queue)."""
+    unknown = Paginator(Effect.objects.filter(state=EffectState.UNKNOWN).order_by("intent_at", "id"),
+                        REVIEW_PAGE_SIZE).get_page(unknown_page)
+    unknown.object_list = effects_with_owners(unknown.object_list)
+    approvals = Paginator(Item.objects.filter(status=ItemStatus.WAITING_APPROVAL).select_related("task")
+                          .order_by("updated_at", "id"), REVIEW_PAGE_SIZE).get_page(approvals_page)
     return unknown, approvals
 
 

@@ -548,9 +548,11 @@ def _phase_wait(item_id, token, *, status, reason, event_type):
         _task_maybe_finish(task)
 
 
-def _phase_done(item_id, token):
+def _phase_done(item_id, token, pending=()):
     with transaction.atomic():
         task, item = _lock_held(item_id, token)
+        if pending:
+            _record_steps(task, item, pending)
         _release(item, ItemStatus.DONE)
         item.last_error = ""
         item.save()
@@ -561,20 +563,29 @@ def _phase_done(item_id, token):
         _task_maybe_finish(task)
 
 
-def _phase_step_done(item_id, token, step: str, output: dict, tool_calls=()) -> tuple[Task, dict] | None:
-    """Persist a step's output and advance the cursor. Returns None when the
-    task stopped (paused, suspended, cancelled): the item goes back to the queue."""
-    with transaction.atomic():
-        task, item = _lock_held(item_id, token)
-        checkpoint = Checkpoint.objects.select_for_update().get(item=item)
-        checkpoint.step_outputs = {**checkpoint.step_outputs, step: output}
+def _record_steps(task: Task, item: Item, steps, tool_calls=()) -> Checkpoint:
+    """Inside a phase: persist step outputs, advance the cursor, one event each."""
+    checkpoint = Checkpoint.objects.select_for_update().get(item=item)
+    outputs = dict(checkpoint.step_outputs)
+    for n, (step, output) in enumerate(steps, 1):
+        outputs[step] = output
         checkpoint.cursor += 1
-        checkpoint.save()
-        for call in tool_calls:
+        for call in tool_calls if n == len(steps) else ():  # the tool calls belong to the last step
             event_append(task_id=task.pk, item_id=item.pk, type=EventType.TOOL_CALL, payload={"step": step, **call})
         event_append(task_id=task.pk, item_id=item.pk, type=EventType.STEP_DONE, payload={
             "step": step, "cursor": checkpoint.cursor, "output_ref": blob_put(output),
         })
+    checkpoint.step_outputs = outputs
+    checkpoint.save()
+    return checkpoint
+
+
+def _phase_step_done(item_id, token, steps, tool_calls=()) -> tuple[Task, dict] | None:
+    """Persist steps' outputs and advance the cursor. Returns None when the
+    task stopped (paused, suspended, cancelled): the item goes back to the queue."""
+    with transaction.atomic():
+        task, item = _lock_held(item_id, token)
+        checkpoint = _record_steps(task, item, steps, tool_calls)
         if task.status not in ACTIVE_TASK_STATUSES:
             # paused or suspended: the item waits in the queue for a resume;
             # cancelled: it will not run again.
@@ -661,8 +672,10 @@ def _run_steps(item: Item, checkpoint: Checkpoint, token: str, model) -> str:
                                                        status=ItemStatus.RUNNING).exists():
             raise LeaseLost(f"item {item.pk}: lease was taken over")
 
+    pending: list[tuple[str, dict]] = []  # steps the decision did not choose: persisted with the next phase
     while cursor < len(STEPS):
         step = STEPS[cursor]
+        calls = []
         if step.kind == "model":
             try:
                 output, calls = _run_model_step(model, step.name, item, outputs)
@@ -671,23 +684,25 @@ def _run_steps(item: Item, checkpoint: Checkpoint, token: str, model) -> str:
                 return f"failed at {step.name}: {exc.kind}"
         else:
             decision = Decision.model_validate(outputs["decide"])
+            if step.name not in decision.actions:
+                pending.append((step.name, {"skipped": "not chosen by the decision"}))
+                cursor += 1
+                continue
             output = _run_effect_step(step.name, item, task, outputs, decision, token, fence)
-            calls = []
             if output is None:
                 return f"waiting at {step.name}"
-        advanced = _phase_step_done(item.pk, token, step.name, output, calls)
+        advanced = _phase_step_done(item.pk, token, [*pending, (step.name, output)], calls)
+        pending = []
         if advanced is None:
             return f"task stopped after {step.name}"
         task, outputs = advanced
         cursor += 1
-    _phase_done(item.pk, token)
+    _phase_done(item.pk, token, pending)
     return "done"
 
 
 def _run_effect_step(step, item, task, outputs, decision, token, fence) -> dict | None:
     """Returns the step output, or None when the item stopped (failed / waits)."""
-    if step not in decision.actions:
-        return {"skipped": "not chosen by the decision"}
     authorized = ""
     if step == "close_ticket":
         if task.allow_auto_close:

@@ -280,7 +280,8 @@ def _lookup_channels() -> set[str]:
 
 
 def _review_page(request, *, error="", status=200):
-    unknown, approvals = selectors.review_queue()
+    unknown, approvals = selectors.review_queue(unknown_page=request.GET.get("unknown_page"),
+                                                approvals_page=request.GET.get("approvals_page"))
     return _render(request, "review/queue.html", None, {
         "unknown": unknown, "approvals": approvals, "lookup_channels": _lookup_channels(),
         "page_error": error, "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
