@@ -24,7 +24,7 @@ from django.utils import timezone
 from ledger.actions import action_spec
 from ledger.channels import Channel, get_channel
 from ledger.faults import crash_point
-from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Decision, Effect, EffectState, EffectTransition
+from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Effect, EffectState, EffectTransition
 from ledger.signals import effect_changed
 
 
@@ -247,8 +247,3 @@ def _phase_intent_general(spec, key, slot, p_hash, payload, owner_task, owner_it
         record_transition(effect, "", "EFFECT_INTENT", actor=holder, note=effect.payload_summary)
         return effect, ""
 
-
-def effect_is_settled(effect: Effect) -> bool:
-    return effect.state in (EffectState.COMMITTED, EffectState.SKIPPED) or (
-        effect.state == EffectState.FAILED and effect.decision == Decision.SKIP
-    )

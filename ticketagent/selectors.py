@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from django.core.paginator import Paginator
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Max, Min
 from django.utils import timezone
 
 from ledger.models import BlockedDuplicate, Effect, EffectState
@@ -146,10 +146,6 @@ def review_queue(*, unknown_page=1, approvals_page=1):
     return unknown, approvals
 
 
-def task_effects(task: Task):
-    return Effect.objects.filter(owner_task=str(task.pk)).order_by("id")
-
-
 def items_page_effects(items) -> dict[int, list[Effect]]:
     by_item: dict[int, list[Effect]] = {}
     for effect in Effect.objects.filter(owner_item__in=[str(i.pk) for i in items]).order_by("id"):
@@ -161,7 +157,3 @@ def step_name(cursor: int | None) -> str:
     """The step an item's checkpoint points at (the next one to run)."""
     cursor = cursor or 0
     return STEPS[cursor].name if cursor < len(STEPS) else "finished"
-
-
-def effect_filter_open():
-    return Q(state__in=(EffectState.UNKNOWN, EffectState.INTENT))

@@ -688,7 +688,7 @@ def _run_steps(item: Item, checkpoint: Checkpoint, token: str, model) -> str:
                 pending.append((step.name, {"skipped": "not chosen by the decision"}))
                 cursor += 1
                 continue
-            output = _run_effect_step(step.name, item, task, outputs, decision, token, fence)
+            output = _run_effect_step(step.name, item, task, outputs, token, fence)
             if output is None:
                 return f"waiting at {step.name}"
         advanced = _phase_step_done(item.pk, token, [*pending, (step.name, output)], calls)
@@ -701,7 +701,7 @@ def _run_steps(item: Item, checkpoint: Checkpoint, token: str, model) -> str:
     return "done"
 
 
-def _run_effect_step(step, item, task, outputs, decision, token, fence) -> dict | None:
+def _run_effect_step(step, item, task, outputs, token, fence) -> dict | None:
     """Returns the step output, or None when the item stopped (failed / waits)."""
     authorized = ""
     if step == "close_ticket":
