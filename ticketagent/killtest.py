@@ -40,18 +40,11 @@ from ledger.models import BlockedDuplicate, Effect, EffectState
 from ledger.services import effect_decide, reconcile_not_before
 from ticketagent.models import Event, EventType, ItemStatus, Task, TaskStatus
 from ticketagent.processes import database_url, kill_tree
+from ticketagent.samples import ticket_rows
 from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 from ticketagent.services import ServiceError, task_create, task_resume
-from ticketagent.upload import TicketRow
 
 ROOT = Path(settings.BASE_DIR)
-SUBJECTS = [
-    ("Refund for invoice {n}", "I was charged twice for invoice {n}. Please refund one payment."),
-    ("Cannot log in", "My password reset link does not work, account {n} is locked."),
-    ("Thanks!", "Great support last week, thank you so much. You can close this ticket."),
-    ("Site down, urgent", "Your service is down since this morning, this is urgent."),
-    ("Where is my package", "Tracking for order {n} has not moved in a week."),
-]
 FAST_ENV = {
     "LEASE_SECONDS": "2",
     "HEARTBEAT_SECONDS": "0.4",
@@ -181,15 +174,6 @@ class Supervisor:
                     p.kill()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
-
-
-def _batch(round_no: int, items: int, rng: random.Random) -> list[TicketRow]:
-    rows = []
-    for n in range(1, items + 1):
-        subject, body = rng.choice(SUBJECTS)
-        rows.append(TicketRow(row=n + 1, ticket_id=f"K{round_no}-{n}", customer_email=f"kt{round_no}-{n}@example.com",
-                              subject=subject.format(n=n), body=body.format(n=n), customer_name=f"Customer {n}"))
-    return rows
 
 
 def _play_operator(task: Task, sandbox: SandboxClient, report: Report) -> None:
@@ -333,8 +317,8 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
         sandbox.set_faults(honor_keys=sandbox_keys == "honor")
         task_ids = []
         for round_no in range(1, rounds + 1):
-            task = task_create(rows=_batch(round_no, items, rng), name=f"kill test round {round_no} (seed {seed})",
-                               allow_auto_close=True, notify_channel=channel, failure_threshold=items + 1)
+            task = task_create(rows=ticket_rows(items, f"K{round_no}", rng),
+                               name=f"kill test round {round_no} (seed {seed})", allow_auto_close=True, notify_channel=channel, failure_threshold=items + 1)
             _drive_round(task, sup=sup, sandbox=sandbox, rng=rng, report=report, faults=faults,
                          redis_conn=redis_conn, timeout=round_timeout, kill_every=kill_every)
             # let in-flight work settle before counting

@@ -47,6 +47,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ticketagent.processes import database_url
+from ticketagent.samples import SUBJECTS, ticket_rows
+
 ROOT = Path(settings.BASE_DIR)
 SECTIONS = ("overhead", "gate", "latency", "kill", "dashboard", "dryrun", "replay")
 DATASET_SECTIONS = ("dashboard", "dryrun", "replay")
@@ -198,14 +201,6 @@ def _redacted_db() -> str:
     return f"{connection.vendor} {db.get('HOST') or 'localhost'}:{db.get('PORT') or ''}/{db['NAME']}"
 
 
-def database_url() -> str:
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 # --------------------------------------------------------------------------- processes
 
 
@@ -339,26 +334,6 @@ class Processes:
 
 
 # --------------------------------------------------------------------------- helpers
-
-SUBJECTS = [
-    ("Refund for invoice {n}", "I was charged twice for invoice {n}. Please refund one payment."),
-    ("Cannot log in", "My password reset link does not work, account {n} is locked."),
-    ("Thanks!", "Great support last week, thank you so much."),
-    ("Site down, urgent", "Your service is down since this morning, this is urgent."),
-    ("Where is my package", "Tracking for order {n} has not moved in a week."),
-]
-
-
-def ticket_rows(n: int, prefix: str, rng: random.Random):
-    from ticketagent.upload import TicketRow
-
-    rows = []
-    for i in range(1, n + 1):
-        subject, body = rng.choice(SUBJECTS)
-        rows.append(TicketRow(row=i + 1, ticket_id=f"{prefix}-{i}", customer_email=f"{prefix.lower()}-{i}@example.com",
-                              subject=subject.format(n=i), body=body.format(n=i), customer_name=f"Customer {i}"))
-    return rows
-
 
 def ticket_dict(row) -> dict:
     return {"ticket_id": row.ticket_id, "customer_email": row.customer_email, "customer_name": row.customer_name,
