@@ -318,7 +318,8 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
         task_ids = []
         for round_no in range(1, rounds + 1):
             task = task_create(rows=ticket_rows(items, f"K{round_no}", rng),
-                               name=f"kill test round {round_no} (seed {seed})", allow_auto_close=True, notify_channel=channel, failure_threshold=items + 1)
+                               name=f"kill test round {round_no} (seed {seed})", allow_auto_close=True,
+                               notify_channel=channel, failure_threshold=items + 1)
             _drive_round(task, sup=sup, sandbox=sandbox, rng=rng, report=report, faults=faults,
                          redis_conn=redis_conn, timeout=round_timeout, kill_every=kill_every)
             # let in-flight work settle before counting
