@@ -21,3 +21,15 @@ def make_task(n: int = 3, **kwargs):
     data = kwargs.pop("data", None) or csv_batch(n, **{k: kwargs.pop(k) for k in ("subject", "body", "priority")
                                                        if k in kwargs})
     return task_upload(data=data, **kwargs)
+
+
+def suspended_task(workers, sandbox, n: int, *, failure_threshold: int, failing_endpoint: str):
+    """A task suspended by its helpdesk refusing one endpoint (422), run by a real burst worker."""
+    from ticketagent.models import TaskStatus
+
+    sandbox.set_faults(error_status=422, error_rate={failing_endpoint: 1.0})
+    task = make_task(n, failure_threshold=failure_threshold)
+    assert workers.burst() == 0, workers.logs()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.SUSPENDED
+    return task

@@ -77,6 +77,16 @@ def _task(pk) -> Task:
     return get_object_or_404(Task, pk=pk)
 
 
+def _go_to_task(request, task: Task):
+    """After creating a task: its page (htmx follows HX-Redirect, a form a 302)."""
+    url = reverse("task-detail", args=[task.pk])
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
+
+
 def _render(request, template, fragment, context, status=200):
     name = f"{template}#{fragment}" if request.htmx and fragment else template
     context.setdefault("can_act", is_operator(request.user))
@@ -135,12 +145,7 @@ def upload(request):
             except UploadRejected as exc:
                 errors = [str(e) for e in exc.errors]
             else:
-                url = reverse("task-detail", args=[task.pk])
-                if request.htmx:
-                    response = HttpResponse(status=204)
-                    response["HX-Redirect"] = url
-                    return response
-                return redirect(url)
+                return _go_to_task(request, task)
     else:
         form = UploadForm()
     status = 400 if errors or form.errors else 200
@@ -264,12 +269,7 @@ def task_clone_view(request, pk):
                            status=409)
         return _render(request, "tasks/detail.html", None, _detail_context(request, task, action_error=str(exc)),
                        status=409)
-    url = reverse("task-detail", args=[new.pk])
-    if request.htmx:
-        response = HttpResponse(status=204)
-        response["HX-Redirect"] = url
-        return response
-    return redirect(url)
+    return _go_to_task(request, new)
 
 
 # --------------------------------------------------------------------------- review

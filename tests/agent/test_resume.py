@@ -8,18 +8,13 @@ from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, T
 from ticketagent.replay import task_replay_diff
 from ticketagent.services import ServiceError, task_clone_unfinished, task_dry_run, task_resume
 
-from ..factories import make_task
+from ..factories import make_task, suspended_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_suspended_task_resumes_and_the_dry_run_matches_what_ran(workers, sandbox):
-    sandbox.set_faults(error_status=422, error_rate={"draft": 1.0})
-    task = make_task(6, failure_threshold=2)
-    assert workers.burst() == 0, workers.logs()
-    task.refresh_from_db()
-    assert task.status == TaskStatus.SUSPENDED
-
+    task = suspended_task(workers, sandbox, 6, failure_threshold=2, failing_endpoint="draft")
     sandbox.clear_faults()
     plan = task_dry_run(task_id=task.pk)
     assert plan.totals == {"recompute": 4, "retry": 2, "needs_confirmation": 0, "continue": 0, "done": 0}
@@ -60,11 +55,7 @@ def test_resume_leaves_unknown_effects_alone(workers, sandbox):
 
 
 def test_unsupported_checkpoint_versions_need_migration_and_a_new_task_carries_on(workers, sandbox):
-    sandbox.set_faults(error_status=422, error_rate={"status": 1.0})
-    task = make_task(3, failure_threshold=1)
-    assert workers.burst() == 0, workers.logs()
-    task.refresh_from_db()
-    assert task.status == TaskStatus.SUSPENDED
+    task = suspended_task(workers, sandbox, 3, failure_threshold=1, failing_endpoint="status")
     sandbox.clear_faults()
     Checkpoint.objects.filter(task=task).update(plan_version=99)
 

@@ -7,7 +7,7 @@ from ledger.models import Effect, EffectState
 from ticketagent import jobs
 from ticketagent.models import Event, EventType, Item, ItemStatus, TaskStatus
 
-from ..factories import make_task
+from ..factories import make_task, suspended_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,11 +67,7 @@ def test_close_waits_for_approval_unless_the_task_allows_it(workers, sandbox):
 
 
 def test_consecutive_failures_suspend_the_task_and_nothing_more_runs(workers, sandbox):
-    sandbox.set_faults(error_status=422, error_rate={"draft": 1.0})
-    task = make_task(6, failure_threshold=2)
-    assert workers.burst() == 0, workers.logs()
-    task.refresh_from_db()
-    assert task.status == TaskStatus.SUSPENDED
+    task = suspended_task(workers, sandbox, 6, failure_threshold=2, failing_endpoint="draft")
     assert task.status_reason.startswith("2 consecutive failures")
     statuses = dict(task.items.values_list("status").annotate(n=Count("id")))
     assert statuses[ItemStatus.FAILED] == 2 and statuses[ItemStatus.QUEUED] == 4, statuses
