@@ -61,11 +61,7 @@ sandbox: $(STAMP)
 	$(PY) scripts/run.py manage sandbox
 
 bench: $(STAMP)
-	@if $(PY) scripts/run.py manage help bench >/dev/null 2>&1; then \
-		$(PY) scripts/run.py manage bench; \
-	else \
-		echo "not yet: there is no manage.py bench command"; \
-	fi
+	$(PY) scripts/run.py manage bench
 
 clean:
 	rm -rf var/

@@ -10,6 +10,7 @@ import logging
 
 import django_rq
 from django.conf import settings
+from django.db import close_old_connections
 from rq.exceptions import DuplicateJobError
 
 log = logging.getLogger(__name__)
@@ -50,4 +51,11 @@ def enqueue_items(refs: list[tuple[int, int]]) -> int:
 def process_item(item_id: int, attempt: int) -> str:
     from ticketagent.services import item_process
 
-    return item_process(item_id=item_id, attempt=attempt)
+    # A worker that runs jobs in its own process keeps its database
+    # connection between jobs: drop it first if it broke or grew too old
+    # (a database restart), and after a job that left it unusable.
+    close_old_connections()
+    try:
+        return item_process(item_id=item_id, attempt=attempt)
+    finally:
+        close_old_connections()

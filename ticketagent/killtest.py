@@ -7,7 +7,9 @@ them, then compares what the sandbox helpdesk received with the ledger:
   (before intent, after intent, after the call, after commit; one window
   chosen at random each time a worker starts), and the harness SIGKILLs
   whole workers (parent and work-horse) at random wall-clock moments, then
-  restarts them as a supervisor would;
+  restarts them as a supervisor would; each worker started runs its jobs
+  in its own process or forks a work-horse per job (`WORKER_FORK`), at
+  random, so both kinds are killed;
 * optionally the queue's Redis database is flushed and PostgreSQL connections
   are terminated;
 * every task is driven to an end: suspended tasks are resumed, unknown
@@ -73,6 +75,7 @@ class Report:
     faults: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    worker_starts: Counter = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -83,6 +86,7 @@ class Report:
         rows = [
             ("rounds", self.rounds),
             ("kills per window", kills),
+            ("worker starts", ", ".join(f"{k} {v}" for k, v in sorted(self.worker_starts.items())) or "none"),
             ("items", self.items),
             ("effects committed", self.committed),
             ("deliveries", self.delivered),
@@ -115,11 +119,14 @@ class Supervisor:
         self.recovery: subprocess.Popen | None = None
         self.wall_kills = 0
         self.started = 0
+        self.modes: Counter = Counter()
 
     def _start_worker(self) -> subprocess.Popen:
         window = self.rng.choice(WINDOWS)
+        fork = self.rng.random() < 0.5
+        self.modes["forking" if fork else "in-process"] += 1
         env = {**self.env, "LEDGER_CRASH_AT": f"{window}:{self.crash_probability}",
-               "LEDGER_CRASH_LOG": str(self.crash_log)}
+               "LEDGER_CRASH_LOG": str(self.crash_log), "WORKER_FORK": "true" if fork else "false"}
         args = [sys.executable, "-m", "ticketagent.killtest_worker"]
         if self.broken_gate:
             args += ["--broken-gate", self.broken_gate]
@@ -338,5 +345,6 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
         stop_sandbox(proc)
     report.kills = sup.crash_counts()
     report.kills["wall-clock"] = sup.wall_kills
+    report.worker_starts = sup.modes
     report.seconds = time.monotonic() - started
     return report

@@ -125,6 +125,10 @@ CACHES = {
 # We enqueue from transaction.on_commit ourselves, so the queue itself
 # enqueues immediately when asked.
 RQ = {"COMMIT_MODE": "auto"}
+# How a worker runs its jobs: in its own process (the default; one database
+# connection per worker, kept between jobs and health-checked before each) or,
+# with WORKER_FORK, in a work-horse forked per job, rq's classic model.
+WORKER_FORK = envbool("WORKER_FORK", False)
 RQ_SHOW_ADMIN_LINK = True
 
 # --- auth ---------------------------------------------------------------------

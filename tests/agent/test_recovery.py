@@ -49,14 +49,16 @@ def test_a_sigkilled_worker_s_item_completes_elsewhere_within_10s(workers, sandb
 def test_an_orphaned_work_horse_keeps_its_lease_and_nothing_runs_twice(workers, sandbox):
     """SIGKILL on the parent worker only: rq's work-horse runs on as an orphan
     and rq may hand the job to another worker. The lease (kept alive by the
-    orphan's heartbeat) admits only one of them."""
+    orphan's heartbeat) admits only one of them. (Workers that fork: with
+    the default, jobs run in the worker process and die with it.)"""
     sandbox.set_faults(latency_ms=800, honor_keys=False)
     task = make_task(1)
     item = task.items.get()
-    [victim] = workers.start(1)
+    [victim] = workers.start(1, extra_env={"WORKER_FORK": "true"})
     wait_for(lambda: Effect.objects.filter(owner_item=str(item.pk)).exists(), timeout=30,
              message="the worker to reach the effects")
     workers.kill(victim, horse=False)
+    assert workers.orphans(), "the work-horse runs on without its parent"
     workers.start(1)
     workers.start_recovery()
     from ticketagent import jobs

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import connections
 
 from ticketagent.recovery import recover_once
 
@@ -12,14 +13,28 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
         parser.add_argument("--name", default=None, help="worker name (default: rq's)")
         parser.add_argument("--with-scheduler", action="store_true")
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--fork", dest="fork", action="store_true", default=None,
+                          help="fork a work-horse per job (default: the WORKER_FORK setting)")
+        mode.add_argument("--no-fork", dest="fork", action="store_false",
+                          help="run jobs in this process (the default unless WORKER_FORK is set)")
 
-    def handle(self, *args, burst=False, name=None, with_scheduler=False, **options):
+    def handle(self, *args, burst=False, name=None, with_scheduler=False, fork=None, **options):
         try:
             stats = recover_once()
             self.stdout.write(f"recovery at start: {stats}")
         except Exception as exc:  # noqa: BLE001 - the worker still starts; the sweep loop retries
             self.stderr.write(f"recovery at start failed: {exc}")
+        fork = settings.WORKER_FORK if fork is None else fork
         kwargs = {"burst": burst, "with_scheduler": with_scheduler}
+        if not fork:
+            # One process runs every job: its database connection is kept
+            # between jobs (each job health-checks it first, ticketagent.jobs)
+            # instead of a connection and a fork per job.
+            kwargs["worker_class"] = "rq.worker.SimpleWorker"
+            for conn in connections.all():
+                if not conn.settings_dict.get("CONN_MAX_AGE"):
+                    conn.settings_dict["CONN_MAX_AGE"] = None
         if name:
             kwargs["name"] = name
         call_command("rqworker", settings.RQ_QUEUE, **kwargs)
