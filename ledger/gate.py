@@ -5,7 +5,9 @@
             and stop there (a blocked duplicate, recorded as a row);
     call    (no transaction): the channel, with the key passed downstream;
     phase 2 (transaction): record the outcome, only if this caller still
-            holds the attempt (fencing: an orphaned worker cannot commit).
+            holds the attempt (fencing: an orphaned worker cannot commit);
+            while the caller's fence holds, its own recovery point (`then`)
+            commits in the same transaction.
 
 A crash between the phases leaves an `intent` row; recovery turns it into
 `unknown` and reconcile or review resolves it. Nothing is ever retried on a
@@ -28,6 +30,10 @@ from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Effect, EffectState
 from ledger.signals import effect_changed
 
 
+class Fenced(Exception):
+    """Raised by a caller's fence: it no longer holds the work the effect belongs to."""
+
+
 class DecisionRequired(Exception):
     """An irreversible action was asked for without a recorded decision."""
 
@@ -37,7 +43,7 @@ class GateResult:
     effect: Effect
     state: str
     called: bool = False
-    blocked: str = ""  # "", "duplicate" or "conflict"
+    blocked: str = ""  # "", "duplicate", "conflict" or "fenced" (the caller lost its claim meanwhile)
 
 
 def canonical_json(value) -> str:
@@ -107,8 +113,18 @@ def effect_run(
     fence: Callable[[], None] | None = None,
     authorized_by: str = "",
     channel: Channel | None = None,
+    then: Callable[[Effect], None] | None = None,
 ) -> GateResult:
-    """Run one effect through the protocol. See the module docstring."""
+    """Run one effect through the protocol. See the module docstring.
+
+    `fence()` runs first in both phases' transactions and raises `Fenced`
+    when the caller has lost its claim (e.g. an item's lease); in phase 1
+    that stops the effect, in phase 2 the outcome is still recorded (it is
+    the truth) but `then` does not run and the result says "fenced".
+    `then(effect)` runs inside phase 2's transaction after the outcome is
+    recorded: the caller's recovery point commits with the outcome, or
+    neither does.
+    """
     spec = action_spec(action)
     if spec.needs_decision and not authorized_by:
         raise DecisionRequired(f"{action} is irreversible and needs a recorded decision")
@@ -135,6 +151,14 @@ def effect_run(
 
     # --- phase 2: the outcome, fenced by the holder ------------------------------
     with transaction.atomic():
+        held = True
+        if fence is not None:
+            # Locks the caller's row first: the same order as a take-over
+            # (the item, then its effects), so the two cannot deadlock.
+            try:
+                fence()
+            except Fenced:
+                held = False
         now = timezone.now()
         outcome = dict(state=result.state, external_ref=result.external_ref[:200], last_error=result.error[:4000],
                        updated_at=now)
@@ -147,6 +171,8 @@ def effect_run(
                 setattr(effect, name, value)
             record_transition(effect, EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=holder,
                               note=result.error or result.external_ref)
+            if held and then is not None:
+                then(effect)
         else:
             effect.refresh_from_db()
             # Our lease was taken over while we were calling: the new owner's
@@ -156,7 +182,7 @@ def effect_run(
                                 note=f"fenced holder saw {result.state}: {result.error or result.external_ref}",
                                 from_state=effect.state)
     crash_point("after_commit")
-    return GateResult(effect=effect, state=effect.state, called=True, blocked="" if updated else "fenced")
+    return GateResult(effect=effect, state=effect.state, called=True, blocked="" if updated and held else "fenced")
 
 
 def _by_slot(slot: str) -> Q:

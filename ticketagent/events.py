@@ -11,13 +11,28 @@ def event_append(*, task_id: int, type: str, payload: dict | None = None, item_i
     return Event.objects.create(task_id=task_id, item_id=item_id, type=type, payload=payload or {}, actor=actor)
 
 
+def events_append(events: list[Event]) -> None:
+    """Several events in one INSERT (ids, and so the log's order, follow the list)."""
+    Event.objects.bulk_create(events)
+
+
+def blob_ref(content) -> str:
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def blobs_put(contents: list) -> list[str]:
+    """Store (possibly big) JSON values once each; return their references."""
+    refs = [blob_ref(c) for c in contents]
+    new = {ref: Blob(sha256=ref, content=c) for ref, c in zip(refs, contents, strict=True)}
+    # one INSERT … ON CONFLICT DO NOTHING: no read first, no savepoint
+    Blob.objects.bulk_create(list(new.values()), ignore_conflicts=True)
+    return refs
+
+
 def blob_put(content) -> str:
     """Store a (possibly big) JSON value once; return its reference."""
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    sha = hashlib.sha256(text.encode()).hexdigest()
-    # one INSERT … ON CONFLICT DO NOTHING: no read first, no savepoint
-    Blob.objects.bulk_create([Blob(sha256=sha, content=content)], ignore_conflicts=True)
-    return sha
+    return blobs_put([content])[0]
 
 
 def effect_snapshot(effect) -> dict:

@@ -291,10 +291,21 @@ class OpenAIModel:
         ], Decision)
 
 
+_clients: dict[tuple, "OpenAIModel"] = {}
+
+
 def get_model_client():
-    if settings.OPENAI_API_KEY:
-        return OpenAIModel()
-    return OfflineModel()
+    """The model for this process. An OpenAI client (its connection pool) is
+    built once per process and configuration, not once per item."""
+    if not settings.OPENAI_API_KEY:
+        return OfflineModel()
+    config = (settings.OPENAI_API_KEY, settings.OPENAI_BASE_URL, settings.OPENAI_MODEL, settings.OPENAI_TIMEOUT,
+              settings.OPENAI_CONNECT_TIMEOUT, settings.OPENAI_MAX_RETRIES, settings.AGENT_MAX_STEPS)
+    client = _clients.get(config)
+    if client is None:
+        _clients.clear()
+        client = _clients[config] = OpenAIModel()
+    return client
 
 
 def model_label() -> str:

@@ -4,9 +4,12 @@ Each item runs as a sequence of atomic phases; every phase ends in a
 recorded recovery point (checkpoint + event, one transaction). Calls to the
 model and to channels sit between phases, never inside one.
 
-Lock order, everywhere: the task row, then the item row. An item is only
-written by the worker holding its lease (`lease_token`); every phase checks
-that token, so a worker whose lease was taken over cannot write anything.
+Lock order, everywhere: the task row, then the item row, then its effects
+(a phase that only records a step locks the item alone and reads the task).
+An item is only written by the worker holding its lease (`lease_token`);
+every phase checks that token, so a worker whose lease was taken over cannot
+write anything. An effect step's recovery point is written in the gate's
+phase 2, with the effect's outcome (`effect_run(then=...)`).
 """
 
 import logging
@@ -21,16 +24,17 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
-from ledger.gate import effect_run
+from ledger.gate import Fenced, effect_run
 from ledger.models import Effect, EffectState
 from ledger.services import effects_mark_unknown
 from ticketagent import jobs
-from ticketagent.events import blob_put, event_append
+from ticketagent.events import blobs_put, event_append, events_append
 from ticketagent.llm import ModelError, Tools, get_model_client, model_label
 from ticketagent.models import (
     ACTIVE_TASK_STATUSES,
     ENDED_ITEM_STATUSES,
     Checkpoint,
+    Event,
     EventType,
     Item,
     ItemStatus,
@@ -50,7 +54,7 @@ if settings.OPENAI_API_KEY:
     import openai  # noqa: F401
 
 
-class LeaseLost(Exception):
+class LeaseLost(Fenced):
     """This worker no longer holds the item: stop without writing."""
 
 
@@ -467,7 +471,9 @@ def _lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | 
         if task_id is None:
             return "item does not exist", None, None
         task = _task_locked(task_id)
-        item = Item.objects.select_for_update().get(pk=item_id)
+        # the item (locked) and its checkpoint (read) in one statement
+        item = Item.objects.select_for_update(of=("self",)).select_related("checkpoint").order_by().get(pk=item_id)
+        item.task = task
         if task.status not in ACTIVE_TASK_STATUSES:
             return f"task is {task.status}", None, None
         if item.attempt != attempt:
@@ -478,10 +484,13 @@ def _lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | 
             item_take_over(item, actor=_worker_name(), why="lease expired")
         elif item.status != ItemStatus.QUEUED:
             return f"item is {item.status}", None, None
-        checkpoint, _ = Checkpoint.objects.get_or_create(item=item, defaults={
-            "task": task, "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION,
-            "input_hash": item.input_hash(),
-        })
+        checkpoint = getattr(item, "checkpoint", None)
+        if checkpoint is None:
+            # Only the lease holder creates an item's checkpoint, under the
+            # item lock: no race, so no get_or_create (and its savepoint).
+            checkpoint = Checkpoint.objects.create(
+                item=item, task=task, plan_version=PLAN_VERSION, schema_version=SCHEMA_VERSION,
+                input_hash=item.input_hash())
         if checkpoint.schema_version != SCHEMA_VERSION or checkpoint.plan_version not in SUPPORTED_PLAN_VERSIONS:
             reason = (f"item {item.ticket_id}: checkpoint has plan v{checkpoint.plan_version} / schema "
                       f"v{checkpoint.schema_version}; this code runs plan v{PLAN_VERSION} / schema v{SCHEMA_VERSION}")
@@ -498,7 +507,7 @@ def _lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | 
             _item_fail_locked(task, item, kind="input_changed",
                               message="the ticket changed since its checkpoint was written; not continued")
             return "input changed", None, None
-        item.save()
+        item.save(update_fields=["lease_token", "lease_owner", "lease_expires_at", "status", "updated_at"])
         if task.status == TaskStatus.QUEUED:
             task.status = TaskStatus.RUNNING
             task.started_at = now
@@ -532,15 +541,15 @@ def _item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> Non
         _task_maybe_finish(task)
 
 
-def _phase_fail(item_id, token, *, kind, message):
+def _phase_fail(run: "_Run", *, kind, message):
     with transaction.atomic():
-        task, item = _lock_held(item_id, token)
+        task, item = _lock_held(run.item.pk, run.token)
         _item_fail_locked(task, item, kind=kind, message=message)
 
 
-def _phase_wait(item_id, token, *, status, reason, event_type):
+def _phase_wait(run: "_Run", *, status, reason, event_type):
     with transaction.atomic():
-        task, item = _lock_held(item_id, token)
+        task, item = _lock_held(run.item.pk, run.token)
         _release(item, status)
         item.last_error = reason[:4000]
         item.save()
@@ -548,11 +557,11 @@ def _phase_wait(item_id, token, *, status, reason, event_type):
         _task_maybe_finish(task)
 
 
-def _phase_done(item_id, token, pending=()):
+def _phase_done(run: "_Run", pending=()):
     with transaction.atomic():
-        task, item = _lock_held(item_id, token)
+        task, item = _lock_held(run.item.pk, run.token)
         if pending:
-            _record_steps(task, item, pending)
+            _record_steps(run, pending)
         _release(item, ItemStatus.DONE)
         item.last_error = ""
         item.save()
@@ -563,39 +572,82 @@ def _phase_done(item_id, token, pending=()):
         _task_maybe_finish(task)
 
 
-def _record_steps(task: Task, item: Item, steps, tool_calls=()) -> Checkpoint:
-    """Inside a phase: persist step outputs, advance the cursor, one event each."""
-    checkpoint = Checkpoint.objects.select_for_update().get(item=item)
-    outputs = dict(checkpoint.step_outputs)
-    for n, (step, output) in enumerate(steps, 1):
+@dataclass
+class _Run:
+    """The worker's side of one leased item. Only the lease holder writes the
+    item's checkpoint, so `cursor` and `outputs` are what the database holds;
+    they move on once the phase that wrote them has committed."""
+
+    item: Item
+    token: str
+    cursor: int
+    outputs: dict
+    task_status: str = ""
+    stopped: bool = False
+
+
+def _hold(run: _Run) -> None:
+    """Inside a transaction: lock the item if this worker still holds its
+    lease, and read its task's status (read, not locked: a pause or cancel
+    that commits meanwhile is seen by the next phase)."""
+    # (model instances, not values_list(): only they keep `OF item`, and
+    # locking the task here would invert the lock order)
+    held = list(Item.objects.select_for_update(of=("self",)).select_related("task")
+                .only("id", "task_id", "task__status").order_by()
+                .filter(pk=run.item.pk, lease_token=run.token, status=ItemStatus.RUNNING))
+    if not held:
+        raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over")
+    run.task_status = held[0].task.status
+
+
+def _record_steps(run: _Run, steps, tool_calls=()) -> tuple[int, dict]:
+    """Inside a phase holding the item: persist step outputs and advance the
+    cursor, one event each. Returns the new (cursor, outputs)."""
+    task_id, item_id = run.item.task_id, run.item.pk
+    outputs, cursor = dict(run.outputs), run.cursor
+    refs = blobs_put([output for _, output in steps])
+    events = []
+    for n, ((step, output), ref) in enumerate(zip(steps, refs, strict=True), 1):
         outputs[step] = output
-        checkpoint.cursor += 1
+        cursor += 1
         for call in tool_calls if n == len(steps) else ():  # the tool calls belong to the last step
-            event_append(task_id=task.pk, item_id=item.pk, type=EventType.TOOL_CALL, payload={"step": step, **call})
-        event_append(task_id=task.pk, item_id=item.pk, type=EventType.STEP_DONE, payload={
-            "step": step, "cursor": checkpoint.cursor, "output_ref": blob_put(output),
-        })
-    checkpoint.step_outputs = outputs
-    checkpoint.save()
-    return checkpoint
+            events.append(Event(task_id=task_id, item_id=item_id, type=EventType.TOOL_CALL,
+                                payload={"step": step, **call}))
+        events.append(Event(task_id=task_id, item_id=item_id, type=EventType.STEP_DONE,
+                            payload={"step": step, "cursor": cursor, "output_ref": ref}))
+    events_append(events)
+    # No read first: the checkpoint is ours, and the cursor we know is the
+    # condition (anything else moved it: stop).
+    moved = Checkpoint.objects.filter(item_id=item_id, cursor=run.cursor).update(
+        cursor=cursor, step_outputs=outputs, updated_at=timezone.now())
+    if moved != 1:
+        raise LeaseLost(f"item {item_id}: its checkpoint is not at cursor {run.cursor}")
+    return cursor, outputs
 
 
-def _phase_step_done(item_id, token, steps, tool_calls=()) -> tuple[Task, dict] | None:
-    """Persist steps' outputs and advance the cursor. Returns None when the
-    task stopped (paused, suspended, cancelled): the item goes back to the queue."""
+def _stop_if_task_stopped(run: _Run) -> bool:
+    """Inside a phase holding the item: if its task was paused, suspended or
+    cancelled, hand the item back (queued for a resume, or skipped)."""
+    if run.task_status in ACTIVE_TASK_STATUSES:
+        return False
+    cancelled = run.task_status == TaskStatus.CANCELLED
+    now = timezone.now()
+    Item.objects.filter(pk=run.item.pk).update(
+        status=ItemStatus.SKIPPED if cancelled else ItemStatus.QUEUED, lease_token="", lease_owner="",
+        lease_expires_at=None, updated_at=now,
+        **({"last_error": "task cancelled", "finished_at": now} if cancelled else {}))
+    return True
+
+
+def _phase_step_done(run: _Run, steps, tool_calls=()) -> bool:
+    """Persist steps' outputs and advance the cursor. False when the task
+    stopped (paused, suspended, cancelled) and the item was handed back."""
     with transaction.atomic():
-        task, item = _lock_held(item_id, token)
-        checkpoint = _record_steps(task, item, steps, tool_calls)
-        if task.status not in ACTIVE_TASK_STATUSES:
-            # paused or suspended: the item waits in the queue for a resume;
-            # cancelled: it will not run again.
-            cancelled = task.status == TaskStatus.CANCELLED
-            _release(item, ItemStatus.SKIPPED if cancelled else ItemStatus.QUEUED)
-            if cancelled:
-                item.last_error = "task cancelled"
-            item.save()
-            return None
-        return task, checkpoint.step_outputs
+        _hold(run)
+        cursor, outputs = _record_steps(run, steps, tool_calls)
+        stopped = _stop_if_task_stopped(run)
+    run.cursor, run.outputs = cursor, outputs
+    return not stopped
 
 
 def _ticket(item: Item) -> dict:
@@ -654,55 +706,64 @@ def item_process(*, item_id: int, attempt: int, model=None) -> str:
     heartbeat = Heartbeat(item_id, token)
     heartbeat.start()
     try:
-        return _run_steps(item, checkpoint, token, model)
+        run = _Run(item=item, token=token, cursor=checkpoint.cursor, outputs=dict(checkpoint.step_outputs))
+        return _run_steps(run, model)
     except LeaseLost as exc:
         return f"stopped: {exc}"
     finally:
         heartbeat.stop()
 
 
-def _run_steps(item: Item, checkpoint: Checkpoint, token: str, model) -> str:
-    outputs = dict(checkpoint.step_outputs)
-    cursor = checkpoint.cursor
-    task = item.task
+RECORDED = object()  # an effect step whose recovery point was written with the effect's outcome
+
+
+def _run_steps(run: _Run, model) -> str:
+    task = run.item.task
     model = model or get_model_client()
-
-    def fence():
-        if not Item.objects.select_for_update().filter(pk=item.pk, lease_token=token,
-                                                       status=ItemStatus.RUNNING).exists():
-            raise LeaseLost(f"item {item.pk}: lease was taken over")
-
+    cursor = run.cursor
     pending: list[tuple[str, dict]] = []  # steps the decision did not choose: persisted with the next phase
     while cursor < len(STEPS):
         step = STEPS[cursor]
         calls = []
         if step.kind == "model":
             try:
-                output, calls = _run_model_step(model, step.name, item, outputs)
+                output, calls = _run_model_step(model, step.name, run.item, run.outputs)
             except ModelError as exc:
-                _phase_fail(item.pk, token, kind=exc.kind, message=f"{step.name}: {exc.message}")
+                _phase_fail(run, kind=exc.kind, message=f"{step.name}: {exc.message}")
                 return f"failed at {step.name}: {exc.kind}"
         else:
-            decision = Decision.model_validate(outputs["decide"])
+            decision = Decision.model_validate(run.outputs["decide"])
             if step.name not in decision.actions:
                 pending.append((step.name, {"skipped": "not chosen by the decision"}))
                 cursor += 1
                 continue
-            output = _run_effect_step(step.name, item, task, outputs, token, fence)
+            output = _run_effect_step(step.name, run, task, pending)
             if output is None:
                 return f"waiting at {step.name}"
-        advanced = _phase_step_done(item.pk, token, [*pending, (step.name, output)], calls)
-        pending = []
-        if advanced is None:
+            if output is RECORDED:
+                pending = []
+                cursor += 1
+                if run.stopped:
+                    return f"task stopped after {step.name}"
+                continue
+        if not _phase_step_done(run, [*pending, (step.name, output)], calls):
             return f"task stopped after {step.name}"
-        task, outputs = advanced
+        pending = []
         cursor += 1
-    _phase_done(item.pk, token, pending)
+    _phase_done(run, pending)
     return "done"
 
 
-def _run_effect_step(step, item, task, outputs, token, fence) -> dict | None:
-    """Returns the step output, or None when the item stopped (failed / waits)."""
+def _effect_summary(effect: Effect) -> dict:
+    return {"effect_id": effect.pk, "key": effect.idempotency_key, "state": effect.state,
+            "external_ref": effect.external_ref}
+
+
+def _run_effect_step(step, run: _Run, task: Task, pending):
+    """Returns the step output to record, RECORDED when the gate's phase 2
+    recorded it with the effect's outcome, or None when the item stopped
+    (failed / waits)."""
+    item = run.item
     authorized = ""
     if step == "close_ticket":
         if task.allow_auto_close:
@@ -712,35 +773,48 @@ def _run_effect_step(step, item, task, outputs, token, fence) -> dict | None:
             if current.approval == "rejected":
                 return {"skipped": f"close rejected by {current.approval_by}"}
             if current.approval != "approved":
-                _phase_wait(item.pk, token, status=ItemStatus.WAITING_APPROVAL, event_type=EventType.APPROVAL_REQUESTED,
+                _phase_wait(run, status=ItemStatus.WAITING_APPROVAL, event_type=EventType.APPROVAL_REQUESTED,
                             reason="close_ticket is irreversible and waits for an operator's approval")
                 return None
             authorized = f"approved by {current.approval_by}"
-    resolved = (Effect.objects.filter(owner_item=item.ref, owner_step=step, state__in=(
-        EffectState.COMMITTED, EffectState.SKIPPED)).exclude(resolved_by="").first())
-    if resolved is not None:
-        # Settled by reconcile or review while the item waited: continue from
-        # that answer (going through the gate again would count a duplicate).
-        out = {"effect_id": resolved.pk, "key": resolved.idempotency_key, "state": resolved.state,
-               "external_ref": resolved.external_ref, "resolved_by": resolved.resolved_by}
-        if resolved.state == EffectState.SKIPPED:
-            out["skipped"] = f"review decided to skip ({resolved.decided_by})"
-        return out
+    if item.attempt > 1:
+        # Settled by reconcile or review while the item waited (every way
+        # back from waiting is a new attempt): continue from that answer
+        # (going through the gate again would count a duplicate).
+        resolved = (Effect.objects.filter(owner_item=item.ref, owner_step=step, state__in=(
+            EffectState.COMMITTED, EffectState.SKIPPED)).exclude(resolved_by="").first())
+        if resolved is not None:
+            out = {**_effect_summary(resolved), "resolved_by": resolved.resolved_by}
+            if resolved.state == EffectState.SKIPPED:
+                out["skipped"] = f"review decided to skip ({resolved.decided_by})"
+            return out
     origin = _origin_effect(item, step)
     if origin is not None:
         return {"skipped": f"already initiated by item {origin.owner_item} of task {origin.owner_task} "
                            f"({origin.state})", "effect_id": origin.pk}
+    recorded = {}
+
+    def record_with_outcome(effect: Effect) -> None:
+        # inside phase 2, the item locked by the fence: the step's recovery
+        # point commits with the effect's outcome
+        if effect.state == EffectState.COMMITTED:
+            recorded["checkpoint"] = _record_steps(run, [*pending, (step, _effect_summary(effect))])
+            recorded["stopped"] = _stop_if_task_stopped(run)
+
     result = effect_run(
         action=effect_action(step, notify_channel=task.notify_channel),
-        payload=effect_payload(step, ticket=_ticket(item), outputs=outputs),
-        owner_task=str(task.pk), owner_item=item.ref, owner_step=step, holder=token, fence=fence,
-        authorized_by=authorized,
+        payload=effect_payload(step, ticket=_ticket(item), outputs=run.outputs),
+        owner_task=str(task.pk), owner_item=item.ref, owner_step=step, holder=run.token,
+        fence=lambda: _hold(run), authorized_by=authorized, then=record_with_outcome,
     )
     effect = result.effect
     if result.blocked == "fenced":
         raise LeaseLost(f"item {item.pk}: fenced while calling {step}")
-    summary = {"effect_id": effect.pk, "key": effect.idempotency_key, "state": effect.state,
-               "external_ref": effect.external_ref}
+    if "checkpoint" in recorded:
+        run.cursor, run.outputs = recorded["checkpoint"]
+        run.stopped = recorded["stopped"]
+        return RECORDED
+    summary = _effect_summary(effect)
     if result.blocked:
         summary["blocked"] = result.blocked
     if effect.state == EffectState.COMMITTED:
@@ -749,10 +823,9 @@ def _run_effect_step(step, item, task, outputs, token, fence) -> dict | None:
         return {**summary, "skipped": f"review decided to skip ({effect.decided_by})"}
     if effect.state == EffectState.FAILED:
         why = "slot taken by another payload (conflict)" if result.blocked == "conflict" else effect.last_error
-        _phase_fail(item.pk, token, kind="channel_refused" if not result.blocked else "conflict",
-                    message=f"{step}: {why}")
+        _phase_fail(run, kind="channel_refused" if not result.blocked else "conflict", message=f"{step}: {why}")
         return None
-    _phase_wait(item.pk, token, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
+    _phase_wait(run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
                 reason=f"{step}: outcome unknown — {effect.last_error or 'another attempt is in flight'}")
     return None
 

@@ -39,6 +39,7 @@ def test_worker_sections_run_and_leave_nothing_behind(settings, tmp_path, sandbo
     call_command("bench", "--in-place", "--sizes", "tiny", "--only", "overhead,latency", "--no-write", stdout=out)
     text = out.getvalue()
     assert "durable vs naive" in text and "model 0.05 s/call" in text, text
+    assert "1 forking worker, model 0.05 s/call" in text and "peak memory per forking worker" in text, text
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not left, f"processes left running: {left}"
 
