@@ -61,6 +61,9 @@ class Task(models.Model):
         "Item", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     resume_count = models.PositiveIntegerField(default=0)
+    # Items by state, written when the task completes: no item of a completed
+    # task moves again, so the dashboard reads this instead of counting them.
+    final_counts = models.JSONField(null=True, blank=True, editable=False)
     source_task = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
 
     class Meta:
@@ -118,6 +121,8 @@ class Item(models.Model):
             models.Index(fields=["task", "status"], name="item_task_status_idx"),
             models.Index(fields=["status", "lease_expires_at"], name="item_lease_idx"),
             models.Index(fields=["task", "finished_at"], name="item_task_finished_idx"),
+            # a task's items in upload order, a page at a time (task detail)
+            models.Index(fields=["task", "row"], name="item_task_row_idx"),
         ]
 
     def __str__(self):

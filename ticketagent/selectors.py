@@ -1,7 +1,10 @@
 """Reads for the dashboard: one query per concern, no N+1."""
 
+import logging
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Min
 from django.utils import timezone
@@ -9,6 +12,8 @@ from django.utils import timezone
 from ledger.models import BlockedDuplicate, Effect, EffectState
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import STEPS
+
+log = logging.getLogger(__name__)
 
 ITEM_ORDER = [s.value for s in ItemStatus]
 ENDED = (ItemStatus.DONE, ItemStatus.SKIPPED, ItemStatus.FAILED)
@@ -48,10 +53,26 @@ def _progress(task: Task, counts: dict, last_finished) -> Progress:
     return Progress(total, counts, done, percent, per_minute, eta)
 
 
+def _frozen(task: Task) -> bool:
+    """A completed task's items never move again: its counts were kept when it completed."""
+    return task.status == TaskStatus.COMPLETED and task.final_counts is not None
+
+
 def task_progress(task: Task) -> Progress:
+    if _frozen(task):
+        return _progress(task, task.final_counts, task.finished_at)
     counts = dict(Item.objects.filter(task=task).values_list("status").annotate(n=Count("*")))
     last = Item.objects.filter(task=task, finished_at__isnull=False).aggregate(last=Max("finished_at"))["last"]
     return _progress(task, counts, last)
+
+
+def task_recent_events(task: Task, n: int = 100) -> list[Event]:
+    """The task's last `n` events, newest first. Two steps: the ids from the
+    (task, id) index alone, then those rows. Asked in one query, PostgreSQL
+    walks the primary key backwards and filters by task, reading every newer
+    task's events first (50 ms at 300k events; docs/benchmarks.md)."""
+    ids = list(Event.objects.filter(task=task).order_by("-id").values_list("id", flat=True)[:n])
+    return list(Event.objects.filter(id__in=ids).order_by("-id"))
 
 
 FILTERS = {
@@ -64,14 +85,15 @@ FILTERS = {
 
 def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Task]:
     """Tasks, suspended ones first (they wait for a person), each with its
-    `progress` (items by state, items per minute, ETA). Three queries."""
+    `progress` (items by state, items per minute, ETA). At most four queries;
+    completed tasks' items are not counted again (`Task.final_counts`)."""
     qs = Task.objects.all()
     if status_filter in FILTERS:
         qs = qs.filter(status__in=FILTERS[status_filter])
     suspended = list(qs.filter(status=TaskStatus.SUSPENDED).order_by("-id")[:limit])
     rest = list(qs.exclude(status=TaskStatus.SUSPENDED).order_by("-id")[: max(limit - len(suspended), 0)])
     tasks = suspended + rest
-    ids = [t.pk for t in tasks]
+    ids = [t.pk for t in tasks if not _frozen(t)]  # completed tasks bring their counts along
     counts: dict[int, dict] = {}
     for task_id, status, n in Item.objects.filter(task__in=ids).values_list("task_id", "status").annotate(
             n=Count("*")):
@@ -79,12 +101,41 @@ def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Tas
     last_finished = dict(Item.objects.filter(task__in=ids, finished_at__isnull=False).values_list("task_id")
                          .annotate(last=Max("finished_at")))
     for task in tasks:
-        task.progress = _progress(task, counts.get(task.pk, {}), last_finished.get(task.pk))
+        if _frozen(task):
+            task.progress = _progress(task, task.final_counts, task.finished_at)
+        else:
+            task.progress = _progress(task, counts.get(task.pk, {}), last_finished.get(task.pk))
         task.percent = task.progress.percent
     return tasks
 
 
+HEALTH_CACHE_KEY = "health-numbers"
+
+
 def health_numbers() -> dict:
+    """`health_numbers_now()`, shared through the cache for
+    HEALTH_CACHE_SECONDS: whole-table counts cost tens of milliseconds at
+    300k effects, and every open dashboard polls them; with the cache the
+    database counts once per interval however many people watch. Without
+    Redis the numbers are counted for each request."""
+    ttl = settings.HEALTH_CACHE_SECONDS
+    if ttl <= 0:
+        return health_numbers_now()
+    try:
+        numbers = cache.get(HEALTH_CACHE_KEY)
+    except Exception:  # noqa: BLE001 - the cache is an optimisation; Redis down must not break the page
+        log.debug("health numbers: cache unavailable", exc_info=True)
+        numbers = None
+    if numbers is None:
+        numbers = health_numbers_now()
+        try:
+            cache.set(HEALTH_CACHE_KEY, numbers, ttl)
+        except Exception:  # noqa: BLE001
+            log.debug("health numbers: cache unavailable", exc_info=True)
+    return numbers
+
+
+def health_numbers_now() -> dict:
     """The dashboard tiles and /metrics, from the database.
 
     Counts are `COUNT(*)`, not `COUNT(id)`: PostgreSQL then answers the
@@ -99,6 +150,7 @@ def health_numbers() -> dict:
     unknown = Effect.objects.filter(state=EffectState.UNKNOWN).aggregate(n=Count("*"), oldest=Min("intent_at"))
     oldest_age = max((now - unknown["oldest"]).total_seconds(), 0.0) if unknown["oldest"] else 0.0
     return {
+        "as_of": now,
         "resumes": Event.objects.filter(type=EventType.RESUMED).count(),
         "recoveries": Event.objects.filter(type=EventType.RECOVERED).count(),
         "unknown": unknown["n"],

@@ -126,6 +126,7 @@ def _task_maybe_finish(task: Task) -> None:
     total = sum(counts.values())
     finished = counts.get(ItemStatus.DONE, 0) + counts.get(ItemStatus.SKIPPED, 0)
     task.status = TaskStatus.COMPLETED if finished == total else TaskStatus.NEEDS_REVIEW
+    task.final_counts = counts if task.status == TaskStatus.COMPLETED else None
     task.finished_at = timezone.now()
     task.status_reason = "" if task.status == TaskStatus.COMPLETED else (
         f"{total - finished} item(s) wait for a person or failed")

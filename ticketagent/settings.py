@@ -125,6 +125,9 @@ CACHES = {
 # We enqueue from transaction.on_commit ourselves, so the queue itself
 # enqueues immediately when asked.
 RQ = {"COMMIT_MODE": "auto"}
+# The dashboard's whole-database counts (health tiles, /metrics) are shared
+# through the cache for this many seconds (0: counted for every request).
+HEALTH_CACHE_SECONDS = envfloat("HEALTH_CACHE_SECONDS", 5.0, minimum=0.0)
 # How a worker runs its jobs: in its own process (the default; one database
 # connection per worker, kept between jobs and health-checked before each) or,
 # with WORKER_FORK, in a work-horse forked per job, rq's classic model.

@@ -107,6 +107,7 @@ def task_list(request):
         "status_filter": status_filter,
         "filters": [(f, f.replace("_", " ")) for f in selectors.FILTERS],
         "health": selectors.health_numbers(),
+        "health_cache_seconds": settings.HEALTH_CACHE_SECONDS,
         "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
     }
     # The htmx poll gets the table, plus the tiles as an out-of-band swap.
@@ -159,7 +160,7 @@ def _detail_context(request, task: Task, **extra) -> dict:
         "progress": selectors.task_progress(task),
         "items": items,
         "effects_by_item": selectors.items_page_effects(items),
-        "events": list(Event.objects.filter(task=task).order_by("-id")[:100]),
+        "events": selectors.task_recent_events(task),
         "step_count": len(STEPS),
         **extra,
     }

@@ -114,3 +114,38 @@ def test_without_a_configured_token_only_a_login_works(client, settings, bob):
     assert client.get(reverse("metrics"), headers={"Authorization": "Bearer "}).status_code == 401
     client.force_login(bob)
     assert "ticketagent_resumes_total" in scrape(client)
+
+
+def test_the_counts_are_shared_for_health_cache_seconds(client, bob, rows, settings):
+    """With HEALTH_CACHE_SECONDS the whole-database counts are counted once per
+    interval for every viewer and scraper, and the page says when."""
+    from django.core.cache import cache
+
+    from ticketagent.selectors import HEALTH_CACHE_KEY
+
+    settings.HEALTH_CACHE_SECONDS = 30
+    cache.delete(HEALTH_CACHE_KEY)
+    client.force_login(bob)
+    assert scrape(client)["ticketagent_unknown_effects"] == 1
+    Effect.objects.filter(state=EffectState.UNKNOWN).update(state=EffectState.COMMITTED)
+    assert scrape(client)["ticketagent_unknown_effects"] == 1, "counted once per interval"
+    page = client.get(reverse("tasks")).content.decode()
+    assert "counted at" in page and "at most every 30 s" in page
+    cache.delete(HEALTH_CACHE_KEY)
+    assert scrape(client)["ticketagent_unknown_effects"] == 0
+
+
+def test_without_redis_the_counts_are_counted_for_each_request(client, bob, rows, settings, monkeypatch):
+    from ticketagent import selectors
+
+    class Down:
+        def get(self, *args, **kwargs):
+            raise ConnectionError("redis is down")
+
+        set = get
+
+    settings.HEALTH_CACHE_SECONDS = 30
+    monkeypatch.setattr(selectors, "cache", Down())
+    client.force_login(bob)
+    assert scrape(client)["ticketagent_unknown_effects"] == 1
+    assert client.get(reverse("tasks")).status_code == 200

@@ -46,3 +46,27 @@ def test_task_list_fragment(client, bob):
     response = client.get(reverse("tasks"), headers=HTMX)
     assert response.status_code == 200
     assert response.content.decode().lstrip().startswith("<table")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_completed_task_keeps_its_counts_and_the_dashboard_reads_them(client, bob, sandbox):
+    """No item of a completed task moves again: its counts are written when it
+    completes, and the task list and detail read them instead of counting."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from ticketagent.selectors import task_progress, tasks_for_dashboard
+    from ticketagent.services import item_process
+
+    task = make_task(2)
+    for item in task.items.all():
+        assert item_process(item_id=item.pk, attempt=item.attempt) == "done"
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED and task.final_counts == {"done": 2}
+    with CaptureQueriesContext(connection) as queries:
+        [listed] = tasks_for_dashboard()
+    assert "ticketagent_item" not in " ".join(q["sql"] for q in queries.captured_queries)
+    assert (listed.progress.total, listed.progress.done, listed.progress.percent) == (2, 2, 100)
+    assert task_progress(task).counts == {"done": 2}
+    client.force_login(bob)
+    assert "100%" in client.get(reverse("tasks")).content.decode()

@@ -45,6 +45,7 @@ from pathlib import Path
 import psutil
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from ticketagent.processes import database_url
@@ -358,8 +359,6 @@ def wait_task_ended(task_id: int, n: int, timeout: float) -> float:
 
 
 def task_outcome(task_id: int) -> dict:
-    from django.db.models import Count
-
     from ticketagent.models import Item
 
     return dict(Item.objects.filter(task_id=task_id).values_list("status").annotate(n=Count("id")))
@@ -859,6 +858,9 @@ class Bench:
             status = "needs_review" if k % 10 == 0 else "completed"
             task = Task.objects.create(name=f"{DATASET_MARK}: task {k}", status=status)
             self._fill_task(task, size, big=False)
+            if status == "completed":  # what _task_maybe_finish keeps when a task completes
+                Task.objects.filter(pk=task.pk).update(final_counts=dict(
+                    task.items.values_list("status").annotate(n=Count("*")).values_list("status", "n")))
             remaining -= size
         self._top_up_effects()
         self._analyze()
@@ -1039,7 +1041,11 @@ class Bench:
         client.force_login(user)
         pages = {"task list": "/", "task detail": f"/tasks/{big.pk}/", "review queue": "/review/",
                  "/metrics": "/metrics"}
-        times: dict[str, list[float]] = {name: [] for name in pages}
+        # The whole-database counts (tiles, /metrics) are shared through the
+        # cache for HEALTH_CACHE_SECONDS; these two count for every request.
+        uncached = {"task list, counts not cached": "/", "/metrics, counts not cached": "/metrics"}
+        ttl = settings.HEALTH_CACHE_SECONDS
+        times: dict[str, list[float]] = {name: [] for name in [*pages, *uncached]}
         for url in pages.values():  # warm-up: templates, caches
             for _ in range(2):
                 response = client.get(url)
@@ -1048,17 +1054,21 @@ class Bench:
         with profiled("dashboard" in self.profile, self.profile_dir / "profile-dashboard.txt", self.out,
                       "the dashboard pages"):
             for _ in range(s.dashboard_requests):
-                for name, url in pages.items():
-                    t = time.perf_counter()
-                    response = client.get(url)
-                    if hasattr(response, "streaming_content"):
-                        b"".join(response.streaming_content)
-                    times[name].append(time.perf_counter() - t)
+                for group, cache_seconds in ((pages, ttl), (uncached, 0)):
+                    settings.HEALTH_CACHE_SECONDS = cache_seconds
+                    for name, url in group.items():
+                        t = time.perf_counter()
+                        response = client.get(url)
+                        if hasattr(response, "streaming_content"):
+                            b"".join(response.streaming_content)
+                        times[name].append(time.perf_counter() - t)
+        settings.HEALTH_CACHE_SECONDS = ttl
         raw = self.results.raw.setdefault("dashboard", {})
-        for name in pages:
+        raw["health_cache_seconds"] = ttl
+        for name in times:
             p50, p95 = percentile(times[name], 50) * 1000, percentile(times[name], 95) * 1000
             raw[name] = {"p50_ms": p50, "p95_ms": p95}
-            self.log(f"  {name:13s}: p50 {p50:6.1f} ms, p95 {p95:6.1f} ms")
+            self.log(f"  {name:28s}: p50 {p50:6.1f} ms, p95 {p95:6.1f} ms")
             self.results.add("4", f"{name} ({n_items // 1000}k items, {n_effects // 1000}k effects)",
                              f"p50 {p50:.0f} ms, p95 **{p95:.0f} ms**", "p95 ≤ 150 ms", p95 <= 150)
 
@@ -1107,28 +1117,6 @@ class Bench:
                 replay(counting(islice(task_events(big.pk), limit)))
                 times.append(time.perf_counter() - t)
                 count = len(counted)
-        # what-if: the same read, but the blobs the events refer to fetched
-        # with one query per 5,000 events instead of one per STEP_DONE event
-        cache: dict = {}
-
-        def fill(chunk: list[dict]) -> list[dict]:
-            refs = {e["payload"]["output_ref"] for e in chunk if e["type"] == "STEP_DONE"} - cache.keys()
-            if refs:
-                cache.update(Blob.objects.filter(pk__in=refs).values_list("sha256", "content"))
-            return chunk
-
-        def prefetched(events):
-            chunk: list[dict] = []
-            for e in events:
-                chunk.append(e)
-                if len(chunk) == 5000:
-                    yield from fill(chunk)
-                    chunk = []
-            yield from fill(chunk)
-
-        t = time.perf_counter()
-        replay(prefetched(islice(task_events(big.pk), limit)), blob=cache.__getitem__)
-        batched = time.perf_counter() - t
         # the same events, already in memory: replay's own cost without the reads
         events = list(islice(task_events(big.pk), limit))
         blobs = {b.pk: b.content for b in Blob.objects.all()}
@@ -1137,14 +1125,12 @@ class Bench:
         mem = time.perf_counter() - t
         rate = count / statistics.median(times)
         self.results.raw["replay"] = {"events": count, "median_s": statistics.median(times),
-                                      "events_per_s": rate, "in_memory_events_per_s": count / mem,
-                                      "blobs_batched_events_per_s": count / batched}
-        self.log(f"  {count} events: {rate:,.0f} events/s from the database (one blob query per STEP_DONE); "
-                 f"{count / batched:,.0f} events/s with blobs fetched per 5,000 events; "
+                                      "events_per_s": rate, "in_memory_events_per_s": count / mem}
+        self.log(f"  {count} events: {rate:,.0f} events/s read from the database (blobs fetched per 5,000 events); "
                  f"{count / mem:,.0f} events/s in memory")
         self.results.add("5", f"replay of {count // 1000}k events (read from the database, as `manage.py replay`)",
-                         f"**{rate / 1000:.0f}k events/s** (blobs batched: {count / batched / 1000:.0f}k/s; "
-                         f"in memory: {count / mem / 1000:.0f}k/s)", "≥ 50k events/s", rate >= 50_000)
+                         f"**{rate / 1000:.0f}k events/s** (in memory: {count / mem / 1000:.0f}k/s)",
+                         "≥ 50k events/s", rate >= 50_000)
 
 
 # --------------------------------------------------------------------------- the doc
