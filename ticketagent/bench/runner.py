@@ -713,7 +713,7 @@ class Bench:
                          f"{ips / ideal:.2f}×; peak per worker RSS {rss:.0f} MB"
                          + (f" (parent {parent:.0f} + horse {horse:.0f})" if fork else "") + f", PSS {pss:.0f} MB")
                 self.results.add("3", f"{n} tickets, {w} {kind}{plural}, model {s.model_latency:g} s/call",
-                                 f"{ips:.2f} items/s vs ideal {ideal:.2f} = **{ips / ideal:.2f}×**"
+                                 f"{ips:.2f} items/s vs ideal {ideal:.2f} = **{ips / ideal:.3f}×**"
                                  + ("" if valid else " (INVALID, see notes)"),
                                  "≥ 0.9× ideal (W / 3 s)", valid and ips / ideal >= 0.9)
         finally:
