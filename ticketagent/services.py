@@ -542,37 +542,6 @@ def _item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> Non
         _task_maybe_finish(task)
 
 
-def _phase_fail(run: "_Run", *, kind, message):
-    with transaction.atomic():
-        task, item = _lock_held(run.item.pk, run.token)
-        _item_fail_locked(task, item, kind=kind, message=message)
-
-
-def _phase_wait(run: "_Run", *, status, reason, event_type):
-    with transaction.atomic():
-        task, item = _lock_held(run.item.pk, run.token)
-        _release(item, status)
-        item.last_error = reason[:4000]
-        item.save()
-        event_append(task_id=task.pk, item_id=item.pk, type=event_type, payload={"status": status, "reason": reason})
-        _task_maybe_finish(task)
-
-
-def _phase_done(run: "_Run", pending=()):
-    with transaction.atomic():
-        task, item = _lock_held(run.item.pk, run.token)
-        if pending:
-            _record_steps(run, pending)
-        _release(item, ItemStatus.DONE)
-        item.last_error = ""
-        item.save()
-        event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_DONE)
-        task.consecutive_failures = 0
-        task.last_success_item = item
-        task.save(update_fields=["consecutive_failures", "last_success_item", "updated_at"])
-        _task_maybe_finish(task)
-
-
 @dataclass
 class _Run:
     """The worker's side of one leased item. Only the lease holder writes the
@@ -585,6 +554,37 @@ class _Run:
     outputs: dict
     task_status: str = ""
     stopped: bool = False
+
+
+def _phase_fail(run: _Run, *, kind, message):
+    with transaction.atomic():
+        task, item = _lock_held(run.item.pk, run.token)
+        _item_fail_locked(task, item, kind=kind, message=message)
+
+
+def _phase_wait(run: _Run, *, status, reason, event_type):
+    with transaction.atomic():
+        task, item = _lock_held(run.item.pk, run.token)
+        _release(item, status)
+        item.last_error = reason[:4000]
+        item.save()
+        event_append(task_id=task.pk, item_id=item.pk, type=event_type, payload={"status": status, "reason": reason})
+        _task_maybe_finish(task)
+
+
+def _phase_done(run: _Run, pending=()):
+    with transaction.atomic():
+        task, item = _lock_held(run.item.pk, run.token)
+        if pending:
+            _record_steps(run, pending)
+        _release(item, ItemStatus.DONE)
+        item.last_error = ""
+        item.save()
+        event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_DONE)
+        task.consecutive_failures = 0
+        task.last_success_item = item
+        task.save(update_fields=["consecutive_failures", "last_success_item", "updated_at"])
+        _task_maybe_finish(task)
 
 
 def _hold(run: _Run) -> None:
