@@ -167,12 +167,20 @@ def recover_once() -> dict:
 
 
 def recover_loop(*, interval: float | None = None, stop=None) -> None:
+    """Sweep every `interval` seconds; also count the dashboard's numbers every
+    HEALTH_CACHE_SECONDS, so that viewers read them from the cache."""
+    from ticketagent.selectors import health_numbers_refresh
+
     interval = interval or settings.RECOVER_INTERVAL_SECONDS
+    next_count = 0.0
     while stop is None or not stop():
         try:
             stats = recover_once()
             if any(stats.values()):
                 log.info("recovery: %s", stats)
+            if time.monotonic() >= next_count:
+                next_count = time.monotonic() + settings.HEALTH_CACHE_SECONDS
+                health_numbers_refresh()
         except Exception:  # noqa: BLE001 - the sweep must outlive a bad pass (e.g. DB restart)
             log.exception("recovery pass failed")
             from django.db import connection

@@ -116,8 +116,9 @@ def health_numbers() -> dict:
     """`health_numbers_now()`, shared through the cache for
     HEALTH_CACHE_SECONDS: whole-table counts cost tens of milliseconds at
     300k effects, and every open dashboard polls them; with the cache the
-    database counts once per interval however many people watch. Without
-    Redis the numbers are counted for each request."""
+    database counts once per interval however many people watch (and while
+    the recovery sweep runs, it does the counting: `health_numbers_refresh`).
+    Without Redis the numbers are counted for each request."""
     ttl = settings.HEALTH_CACHE_SECONDS
     if ttl <= 0:
         return health_numbers_now()
@@ -133,6 +134,20 @@ def health_numbers() -> dict:
         except Exception:  # noqa: BLE001
             log.debug("health numbers: cache unavailable", exc_info=True)
     return numbers
+
+
+def health_numbers_refresh(ttl: float | None = None) -> None:
+    """Count now and share the numbers. The recovery sweep calls this every
+    HEALTH_CACHE_SECONDS (`ttl`), so that no viewer waits for the count; they
+    are kept for two intervals, to outlive one late refresh."""
+    ttl = settings.HEALTH_CACHE_SECONDS if ttl is None else ttl
+    if ttl <= 0:
+        return
+    numbers = health_numbers_now()
+    try:
+        cache.set(HEALTH_CACHE_KEY, numbers, 2 * ttl)
+    except Exception:  # noqa: BLE001 - without Redis each request counts for itself
+        log.debug("health numbers: cache unavailable", exc_info=True)
 
 
 def health_numbers_now() -> dict:
