@@ -38,7 +38,10 @@ class Progress:
 
 
 def _progress(task: Task, counts: dict, last_finished) -> Progress:
-    """Items by state, throughput since the task started, and an ETA while it runs."""
+    """Items by state, throughput since the task started, and an ETA while it runs.
+    A completed task brings its own counts (`_frozen`): those passed are ignored."""
+    if _frozen(task):
+        counts, last_finished = task.final_counts, task.finished_at
     total = sum(counts.values())
     done = sum(counts.get(s, 0) for s in ENDED)
     per_minute = eta = None
@@ -60,7 +63,7 @@ def _frozen(task: Task) -> bool:
 
 def task_progress(task: Task) -> Progress:
     if _frozen(task):
-        return _progress(task, task.final_counts, task.finished_at)
+        return _progress(task, {}, None)
     counts = dict(Item.objects.filter(task=task).values_list("status").annotate(n=Count("*")))
     last = Item.objects.filter(task=task, finished_at__isnull=False).aggregate(last=Max("finished_at"))["last"]
     return _progress(task, counts, last)
@@ -101,10 +104,7 @@ def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Tas
     last_finished = dict(Item.objects.filter(task__in=ids, finished_at__isnull=False).values_list("task_id")
                          .annotate(last=Max("finished_at")))
     for task in tasks:
-        if _frozen(task):
-            task.progress = _progress(task, task.final_counts, task.finished_at)
-        else:
-            task.progress = _progress(task, counts.get(task.pk, {}), last_finished.get(task.pk))
+        task.progress = _progress(task, counts.get(task.pk, {}), last_finished.get(task.pk))
         task.percent = task.progress.percent
     return tasks
 
@@ -129,10 +129,7 @@ def health_numbers() -> dict:
         numbers = None
     if numbers is None:
         numbers = health_numbers_now()
-        try:
-            cache.set(HEALTH_CACHE_KEY, numbers, ttl)
-        except Exception:  # noqa: BLE001
-            log.debug("health numbers: cache unavailable", exc_info=True)
+        _share(numbers, ttl)
     return numbers
 
 
@@ -141,11 +138,13 @@ def health_numbers_refresh(ttl: float | None = None) -> None:
     HEALTH_CACHE_SECONDS (`ttl`), so that no viewer waits for the count; they
     are kept for two intervals, to outlive one late refresh."""
     ttl = settings.HEALTH_CACHE_SECONDS if ttl is None else ttl
-    if ttl <= 0:
-        return
-    numbers = health_numbers_now()
+    if ttl > 0:
+        _share(health_numbers_now(), 2 * ttl)
+
+
+def _share(numbers: dict, seconds: float) -> None:
     try:
-        cache.set(HEALTH_CACHE_KEY, numbers, 2 * ttl)
+        cache.set(HEALTH_CACHE_KEY, numbers, seconds)
     except Exception:  # noqa: BLE001 - without Redis each request counts for itself
         log.debug("health numbers: cache unavailable", exc_info=True)
 

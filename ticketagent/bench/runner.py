@@ -586,9 +586,10 @@ class Bench:
     def bench_gate(self) -> None:
         from ledger.actions import ActionSpec
         from ledger.channels import CallResult, Channel
-        from ledger.gate import Fenced, effect_run
+        from ledger.gate import effect_run
         from ledger.models import EffectState
         from ticketagent.models import Item, ItemStatus, Task, TaskStatus
+        from ticketagent.services import _hold, _Run
 
         n = self.sizes.gate_ops
         self.log(f"== 2 gate: {n} effects per variant, vs one INSERT + one UPDATE (each its own transaction)")
@@ -639,15 +640,9 @@ class Bench:
 
         def gate_wired(i: int) -> None:
             item = items[i]
-
-            def fence():  # what the pipeline's fence does: lock the item, read its task's status
-                if not list(Item.objects.select_for_update(of=("self",)).select_related("task")
-                            .only("id", "task_id", "task__status").order_by()
-                            .filter(pk=item.pk, lease_token="bench-gate", status=ItemStatus.RUNNING)):
-                    raise Fenced("fenced")
-
+            run = _Run(item=item, token="bench-gate", cursor=0, outputs={})  # the pipeline's fence: lock, read
             effect_run(action="notify_customer", payload=payload(i), owner_task=str(task.pk), owner_item=str(item.pk),
-                       owner_step="notify_customer", holder="bench-gate", fence=fence, channel=stub)
+                       owner_step="notify_customer", holder="bench-gate", fence=lambda: _hold(run), channel=stub)
 
         variants: dict[str, Callable[[int], None]] = {"floor": floor, "gate": gate_only, "wired": gate_wired}
         times: dict[str, list[float]] = {k: [] for k in variants}
