@@ -7,6 +7,7 @@ import json
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from ticketagent.bench.model_server import answer_for
 from ticketagent.bench.runner import BEGIN, END, TINY, Results, Row, write_doc
@@ -27,6 +28,9 @@ def test_in_process_sections_print_a_table(settings, tmp_path):
         assert figure in text, text
     raw = json.loads((tmp_path / "bench" / "last-run.json").read_text())
     assert raw["sizes"] == "tiny" and raw["raw"]["dryrun"]["items"] == TINY.dataset_big_task
+    if connection.vendor == "postgresql":  # the by-hand references use data-modifying CTEs
+        assert "ledger rows by hand" in text and "one statement per phase" in text, text
+        assert set(raw["raw"]["gate"]["median_ms"]) == {"floor", "gate", "wired", "raw", "single"}
 
 
 @pytest.mark.slow
@@ -39,6 +43,7 @@ def test_worker_sections_run_and_leave_nothing_behind(settings, tmp_path, sandbo
     call_command("bench", "--in-place", "--sizes", "tiny", "--only", "overhead,latency", "--no-write", stdout=out)
     text = out.getvalue()
     assert "durable vs naive" in text and "model 0.05 s/call" in text, text
+    assert "the commits the protocol requires" in text, text
     assert "1 forking worker, model 0.05 s/call" in text and "peak memory per forking worker" in text, text
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not left, f"processes left running: {left}"
