@@ -104,7 +104,8 @@ class Command(BaseCommand):
                                  "there (it is reused by default: loading takes minutes)")
         parser.add_argument("--profile", default="",
                             help="comma list of sections to run under cProfile (overhead profiles the pipeline "
-                                 "in-process; gate, dashboard, dryrun, replay); reports go to var/bench/")
+                                 "in-process; latency does too, with the OpenAI SDK against a model answering at once; "
+                                 "gate, dashboard, dryrun, replay); reports go to var/bench/")
         parser.add_argument("--in-place", action="store_true",
                             help="run against the configured database and Redis as they are (no dedicated "
                                  "database; the tables of ticketagent and ledger are emptied!)")
