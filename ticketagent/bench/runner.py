@@ -469,7 +469,7 @@ def _ledger_writes_by_hand(payload: Callable[[int], dict], run_id: str) -> dict[
     outcome = (f"UPDATE {qn(Effect._meta.db_table)} SET state = %s, external_ref = %s, last_error = '', "
                "updated_at = %s WHERE id = %s AND state = %s AND holder = %s RETURNING id")
 
-    def intent_row(kind: str, i: int) -> list:
+    def intent_row(kind: str, i: int) -> tuple[list, str]:
         body = payload(i)
         p_hash = payload_hash(body)
         owner = f"bench-{kind}-{run_id}"
