@@ -638,12 +638,12 @@ class Bench:
                 self.log(f"  {w} worker(s) {kind:7s}: {figures[kind]:6.1f} items/s")
             self.procs.stop_workers(procs)
             ratio = figures["durable"] / figures["naive"]
-            raw[w] = {**figures, "ratio": ratio}
+            raw[w] = {**figures, "ratio": ratio, "valid": not invalid}
             self.results.notes += [f"overhead, {why} — this figure is not valid" for why in invalid]
             self.results.add("1", f"throughput, {w} worker{'s' if w > 1 else ''}: durable vs naive",
                              f"{figures['durable']:.1f} vs {figures['naive']:.1f} items/s = **{ratio:.2f}×**"
                              + (" (INVALID, see notes)" if invalid else ""), "≥ 0.8×", ratio >= 0.8 and not invalid)
-        if 1 in raw and not invalid:
+        if 1 in raw and raw[1]["valid"]:
             self._overhead_bound(raw[1])
         if "overhead" in self.profile:
             self._profile_pipeline()
