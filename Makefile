@@ -4,13 +4,16 @@
 #                     helpdesk, Redis if needed); Ctrl-C stops everything
 #   make test         pytest on PostgreSQL if one is around, else SQLite
 #   make test-sqlite  the smoke subset (-m smoke) on SQLite
-#   make lint         ruff check .
+#   make lint         ruff check . and make structure
+#   make structure    module and function sizes, private imports, import cycles
 #   make worker | recover | sandbox | bench    one piece at a time
 #   make clean        remove var/ (local databases, logs) and the install stamp
 #
-# Everything runs with .venv/bin/python; the venv is created on first use and
-# `pip install -r requirements.txt` re-runs only when requirements.txt is
-# newer than .venv/.installed. Extra pytest arguments: make test PYTEST_ARGS="-k upload -x".
+# Everything runs with .venv/bin/python; the venv is created on first use.
+# `make run` installs requirements.txt (what the product runs on); `make test`
+# and `make lint` install requirements-dev.txt (it includes the runtime set).
+# Each re-runs pip only when its file changed. Extra pytest arguments:
+# make test PYTEST_ARGS="-k upload -x".
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -18,16 +21,17 @@ SHELL := /bin/bash
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
 # The interpreter that creates the venv: python3.11, else python3 (>= 3.10).
 BOOTSTRAP_PYTHON ?= $(shell for p in python3.11 python3; do \
 	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help venv run test test-sqlite lint worker recover sandbox bench clean
+.PHONY: help venv venv-dev run test test-sqlite lint structure worker recover sandbox bench clean
 
 help:
-	@sed -n '3,13p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,/^#$$/p' Makefile | sed 's/^# \{0,1\}//'
 
 $(PY):
 	@test -n "$(BOOTSTRAP_PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.10) on PATH to create $(VENV)" >&2; exit 1; }
@@ -37,19 +41,29 @@ $(STAMP): requirements.txt | $(PY)
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
 	@touch $(STAMP)
 
+$(DEV_STAMP): requirements-dev.txt requirements.txt | $(PY)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+	@touch $(STAMP) $(DEV_STAMP)
+
 venv: $(STAMP)
+
+venv-dev: $(DEV_STAMP)
 
 run: $(STAMP)
 	$(PY) scripts/run.py
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
-test-sqlite: $(STAMP)
+test-sqlite: $(DEV_STAMP)
 	$(PY) scripts/run_tests.py --sqlite -m smoke $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(PY) -m ruff check .
+	$(PY) scripts/check_structure.py
+
+structure:
+	python3 scripts/check_structure.py
 
 worker: $(STAMP)
 	$(PY) scripts/run.py manage worker
@@ -65,4 +79,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf var/
-	rm -f $(STAMP)
+	rm -f $(STAMP) $(DEV_STAMP)

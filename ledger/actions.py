@@ -24,8 +24,8 @@ class ActionSpec:
         return self.effect_class in (EffectClass.ONCE, EffectClass.IRREVERSIBLE)
 
     @property
-    def needs_decision(self) -> bool:
-        """Irreversible actions never run without a recorded decision."""
+    def needs_approval(self) -> bool:
+        """Irreversible actions never run without a recorded approval."""
         return self.effect_class == EffectClass.IRREVERSIBLE
 
 

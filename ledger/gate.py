@@ -23,7 +23,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ledger.actions import action_spec
+from ledger.actions import ActionSpec, action_spec
 from ledger.channels import Channel, get_channel
 from ledger.faults import crash_point
 from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Effect, EffectState, EffectTransition
@@ -34,8 +34,8 @@ class Fenced(Exception):
     """Raised by a caller's fence: it no longer holds the work the effect belongs to."""
 
 
-class DecisionRequired(Exception):
-    """An irreversible action was asked for without a recorded decision."""
+class ApprovalRequired(Exception):
+    """An irreversible action was asked for without a recorded approval."""
 
 
 @dataclass(frozen=True)
@@ -84,14 +84,41 @@ def record_transition(effect: Effect, from_state: str, event: str, *, actor: str
     effect_changed.send(sender=Effect, effect=effect, event=event, actor=actor, note=note, from_state=from_state)
 
 
-def _record_blocked(existing: Effect, kind: str, *, key, p_hash, payload, owner_task, owner_item, owner_step, holder):
+@dataclass(frozen=True)
+class Intent:
+    """Everything phase 1 records: what is asked for, by whom, under which key and slot."""
+
+    spec: ActionSpec
+    payload: dict
+    owner_task: str
+    owner_item: str
+    owner_step: str
+    lease_token: str
+    authorized_by: str
+    p_hash: str
+    key: str
+    slot: str | None
+
+    @classmethod
+    def build(cls, *, spec: ActionSpec, payload: dict, owner_task: str, owner_item: str, owner_step: str,
+              lease_token: str, authorized_by: str) -> "Intent":
+        p_hash = payload_hash(payload)
+        key = idempotency_key(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
+                              action=spec.name, p_hash=p_hash)
+        slot = slot_for(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
+                        action=spec.name) if spec.slotted else None
+        return cls(spec=spec, payload=payload, owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
+                   lease_token=lease_token, authorized_by=authorized_by, p_hash=p_hash, key=key, slot=slot)
+
+
+def _record_blocked(existing: Effect, kind: str, intent: Intent) -> None:
     BlockedDuplicate.objects.create(
-        effect=existing, kind=kind, idempotency_key=key, payload_hash=p_hash,
-        payload_summary=summarize(payload), owner_task=owner_task, owner_item=owner_item,
-        owner_step=owner_step, holder=holder, existing_state=existing.state,
+        effect=existing, kind=kind, idempotency_key=intent.key, payload_hash=intent.p_hash,
+        payload_summary=summarize(intent.payload), owner_task=intent.owner_task, owner_item=intent.owner_item,
+        owner_step=intent.owner_step, lease_token=intent.lease_token, existing_state=existing.state,
     )
     effect_changed.send(
-        sender=Effect, effect=existing, event="EFFECT_BLOCKED", actor=holder,
+        sender=Effect, effect=existing, event="EFFECT_BLOCKED", actor=intent.lease_token,
         note=f"{kind}: the {existing.state} effect already holds this {'key' if kind == 'duplicate' else 'slot'}",
         from_state=existing.state,
     )
@@ -109,7 +136,7 @@ def effect_run(
     owner_task: str,
     owner_item: str,
     owner_step: str,
-    holder: str,
+    lease_token: str,
     fence: Callable[[], None] | None = None,
     authorized_by: str = "",
     channel: Channel | None = None,
@@ -126,30 +153,32 @@ def effect_run(
     neither does.
     """
     spec = action_spec(action)
-    if spec.needs_decision and not authorized_by:
-        raise DecisionRequired(f"{action} is irreversible and needs a recorded decision")
+    if spec.needs_approval and not authorized_by:
+        raise ApprovalRequired(f"{action} is irreversible and needs a recorded approval")
     channel = channel or get_channel(spec.channel)
-    p_hash = payload_hash(payload)
-    key = idempotency_key(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
-                          action=action, p_hash=p_hash)
-    slot = slot_for(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
-                    action=action) if spec.slotted else None
-    blocked_args = dict(key=key, p_hash=p_hash, payload=payload, owner_task=owner_task,
-                        owner_item=owner_item, owner_step=owner_step, holder=holder)
+    intent = Intent.build(spec=spec, payload=payload, owner_task=owner_task, owner_item=owner_item,
+                          owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by)
 
     crash_point("before_intent")
     # --- phase 1: the intent -------------------------------------------------
-    effect, blocked = _phase_intent(spec, key, slot, p_hash, payload, owner_task, owner_item,
-                                    owner_step, holder, fence, authorized_by, blocked_args)
+    effect, blocked = _phase_intent(intent, fence)
     if blocked:
         return GateResult(effect=effect, state=effect.state, blocked=blocked)
     crash_point("after_intent")
 
     # --- the call: no transaction is open here ---------------------------------
-    result = channel.perform(spec, payload, key)
+    result = channel.perform(spec, payload, intent.key)
     crash_point("after_call")
 
-    # --- phase 2: the outcome, fenced by the holder ------------------------------
+    # --- phase 2: the outcome, fenced by the lease token -------------------------
+    ours = _phase_outcome(effect, intent, result, fence, then)
+    crash_point("after_commit")
+    return GateResult(effect=effect, state=effect.state, called=True, blocked="" if ours else "fenced")
+
+
+def _phase_outcome(effect: Effect, intent: Intent, result, fence, then) -> bool:
+    """Record the call's outcome if the row is still this caller's attempt.
+    True when it was and the caller's fence held (so `then` ran)."""
     with transaction.atomic():
         held = True
         if fence is not None:
@@ -159,30 +188,29 @@ def effect_run(
                 fence()
             except Fenced:
                 held = False
-        now = timezone.now()
         outcome = dict(state=result.state, external_ref=result.external_ref[:200], last_error=result.error[:4000],
-                       updated_at=now)
-        updated = Effect.objects.filter(pk=effect.pk, state=EffectState.INTENT, holder=holder).update(**outcome)
-        if updated:
-            # The row is ours (still `intent` under our holder, now locked by
-            # the UPDATE): it is what phase 1 left plus this outcome, so it is
-            # not read back (one round trip less per effect).
-            for name, value in outcome.items():
-                setattr(effect, name, value)
-            record_transition(effect, EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=holder,
-                              note=result.error or result.external_ref)
-            if held and then is not None:
-                then(effect)
-        else:
+                       updated_at=timezone.now())
+        updated = Effect.objects.filter(pk=effect.pk, state=EffectState.INTENT,
+                                        lease_token=intent.lease_token).update(**outcome)
+        if not updated:
             effect.refresh_from_db()
             # Our lease was taken over while we were calling: the new owner's
             # recovery already turned the row into `unknown`. Leave the truth
             # to reconcile; note what we saw.
-            effect_changed.send(sender=Effect, effect=effect, event="EFFECT_FENCED", actor=holder,
-                                note=f"fenced holder saw {result.state}: {result.error or result.external_ref}",
+            effect_changed.send(sender=Effect, effect=effect, event="EFFECT_FENCED", actor=intent.lease_token,
+                                note=f"fenced lease token saw {result.state}: {result.error or result.external_ref}",
                                 from_state=effect.state)
-    crash_point("after_commit")
-    return GateResult(effect=effect, state=effect.state, called=True, blocked="" if updated and held else "fenced")
+            return False
+        # The row is ours (still `intent` under our lease token, now locked by
+        # the UPDATE): it is what phase 1 left plus this outcome, so it is not
+        # read back (one round trip less per effect).
+        for name, value in outcome.items():
+            setattr(effect, name, value)
+        record_transition(effect, EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=intent.lease_token,
+                          note=result.error or result.external_ref)
+        if held and then is not None:
+            then(effect)
+        return held
 
 
 def _by_slot(slot: str) -> Q:
@@ -194,8 +222,7 @@ def _by_slot(slot: str) -> Q:
     return Q(slot=slot, effect_class__in=SLOTTED_CLASSES)
 
 
-def _phase_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder, fence,
-                  authorized_by, blocked_args):
+def _phase_intent(intent: Intent, fence) -> tuple[Effect, str]:
     # The common case first: a new key and a new slot. One INSERT, no look-up
     # and no savepoint; the unique indexes are the check. If they refuse, the
     # transaction is gone, and the general path below (look-up, retry,
@@ -206,70 +233,71 @@ def _phase_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owne
         with transaction.atomic():
             if fence is not None:
                 fence()
-            effect = _insert_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder,
-                                    authorized_by, timezone.now())
-            record_transition(effect, "", "EFFECT_INTENT", actor=holder, note=effect.payload_summary)
+            effect = _insert_intent(intent, timezone.now())
+            record_transition(effect, "", "EFFECT_INTENT", actor=intent.lease_token, note=effect.payload_summary)
             return effect, ""
     except IntegrityError:
         pass
-    return _phase_intent_general(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder,
-                                 fence, authorized_by, blocked_args)
+    return _phase_intent_general(intent, fence)
 
 
-def _insert_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder, authorized_by, now):
+def _insert_intent(intent: Intent, now) -> Effect:
+    spec = intent.spec
     return Effect.objects.create(
-        idempotency_key=key, slot=slot, action=spec.name, effect_class=spec.effect_class,
-        channel=spec.channel, state=EffectState.INTENT, attempts=1, owner_task=owner_task,
-        owner_item=owner_item, owner_step=owner_step, holder=holder, payload=payload,
-        payload_hash=p_hash, payload_summary=summarize(payload), authorized_by=authorized_by,
-        intent_at=now,
+        idempotency_key=intent.key, slot=intent.slot, action=spec.name, effect_class=spec.effect_class,
+        channel=spec.channel, state=EffectState.INTENT, attempts=1, owner_task=intent.owner_task,
+        owner_item=intent.owner_item, owner_step=intent.owner_step, lease_token=intent.lease_token,
+        payload=intent.payload, payload_hash=intent.p_hash, payload_summary=summarize(intent.payload),
+        authorized_by=intent.authorized_by, intent_at=now,
     )
 
 
-def _phase_intent_general(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step, holder, fence,
-                          authorized_by, blocked_args):
+def _retry(existing: Effect, intent: Intent, now) -> Effect:
+    """The same row and key, attempt + 1, back to `intent`."""
+    from_state = existing.state
+    existing.state = EffectState.INTENT
+    existing.attempts += 1
+    existing.lease_token = intent.lease_token
+    existing.intent_at = now
+    existing.last_error = ""
+    existing.authorized_by = intent.authorized_by or existing.authorized_by
+    existing.save()
+    record_transition(existing, from_state, "EFFECT_RETRY", actor=intent.lease_token,
+                      note=f"attempt {existing.attempts} with the same key")
+    return existing
+
+
+def _phase_intent_general(intent: Intent, fence) -> tuple[Effect, str]:
     now = timezone.now()
     with transaction.atomic():
         if fence is not None:
             fence()
-        existing = Effect.objects.select_for_update().filter(idempotency_key=key).first()
-        if existing is None and slot is not None:
-            existing = Effect.objects.select_for_update().filter(_by_slot(slot)).first()
+        existing = Effect.objects.select_for_update().filter(idempotency_key=intent.key).first()
+        if existing is None and intent.slot is not None:
+            existing = Effect.objects.select_for_update().filter(_by_slot(intent.slot)).first()
             if existing is not None:
                 # Same slot, other payload: a regenerated decision must not
                 # become a second action. Blocked and shown, whatever the state.
-                _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, **blocked_args)
+                _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, intent)
                 return existing, BlockedDuplicate.Kind.CONFLICT
         if existing is not None:
             if _retriable(existing):
-                from_state = existing.state
-                existing.state = EffectState.INTENT
-                existing.attempts += 1
-                existing.holder = holder
-                existing.intent_at = now
-                existing.last_error = ""
-                existing.authorized_by = authorized_by or existing.authorized_by
-                existing.save()
-                record_transition(existing, from_state, "EFFECT_RETRY", actor=holder,
-                                  note=f"attempt {existing.attempts} with the same key")
-                return existing, ""
-            _record_blocked(existing, BlockedDuplicate.Kind.DUPLICATE, **blocked_args)
+                return _retry(existing, intent, now), ""
+            _record_blocked(existing, BlockedDuplicate.Kind.DUPLICATE, intent)
             return existing, BlockedDuplicate.Kind.DUPLICATE
         try:
             with transaction.atomic():
-                effect = _insert_intent(spec, key, slot, p_hash, payload, owner_task, owner_item, owner_step,
-                                        holder, authorized_by, now)
+                effect = _insert_intent(intent, now)
         except IntegrityError:
             effect = None
         if effect is None:
             # Another process inserted the same key or slot between our read and
             # our insert (PostgreSQL waits on the unique index, then refuses).
-            existing = (Effect.objects.filter(idempotency_key=key).first()
-                        or Effect.objects.filter(_by_slot(slot)).first())
-            kind = (BlockedDuplicate.Kind.DUPLICATE if existing.idempotency_key == key
+            existing = (Effect.objects.filter(idempotency_key=intent.key).first()
+                        or Effect.objects.filter(_by_slot(intent.slot)).first())
+            kind = (BlockedDuplicate.Kind.DUPLICATE if existing.idempotency_key == intent.key
                     else BlockedDuplicate.Kind.CONFLICT)
-            _record_blocked(existing, kind, **blocked_args)
+            _record_blocked(existing, kind, intent)
             return existing, kind
-        record_transition(effect, "", "EFFECT_INTENT", actor=holder, note=effect.payload_summary)
+        record_transition(effect, "", "EFFECT_INTENT", actor=intent.lease_token, note=effect.payload_summary)
         return effect, ""
-

@@ -35,7 +35,7 @@ class ResolvedBy(models.TextChoices):
     REVIEW = "review", "review"
 
 
-class Decision(models.TextChoices):
+class Verdict(models.TextChoices):
     NONE = "", "—"
     HAPPENED = "happened", "happened"
     NOT_HAPPENED = "not_happened", "did not happen — retry"
@@ -43,14 +43,6 @@ class Decision(models.TextChoices):
 
 
 SLOTTED_CLASSES = (EffectClass.ONCE, EffectClass.IRREVERSIBLE)
-
-
-class EffectQuerySet(models.QuerySet):
-    def unresolved_unknown(self):
-        return self.filter(state=EffectState.UNKNOWN)
-
-    def for_owner_item(self, owner_item: str):
-        return self.filter(owner_item=owner_item)
 
 
 class Effect(models.Model):
@@ -65,9 +57,9 @@ class Effect(models.Model):
     owner_task = models.CharField(max_length=64, db_index=True)
     owner_item = models.CharField(max_length=64, db_index=True)
     owner_step = models.CharField(max_length=64)
-    # The fence token of the worker that holds the current attempt; a commit
-    # from any other holder is refused.
-    holder = models.CharField(max_length=64, blank=True)
+    # The lease token of the caller that holds the current attempt (its fence):
+    # an outcome reported under any other token is refused.
+    lease_token = models.CharField(max_length=64, blank=True)
 
     payload = models.JSONField()
     payload_hash = models.CharField(max_length=64)
@@ -77,10 +69,10 @@ class Effect(models.Model):
     authorized_by = models.CharField(max_length=150, blank=True)
 
     resolved_by = models.CharField(max_length=16, choices=ResolvedBy.choices, blank=True, default="")
-    decision = models.CharField(max_length=16, choices=Decision.choices, blank=True, default="")
-    decided_by = models.CharField(max_length=150, blank=True)
-    decision_reason = models.TextField(blank=True)
-    decided_at = models.DateTimeField(null=True, blank=True)
+    verdict = models.CharField(max_length=16, choices=Verdict.choices, blank=True, default="")
+    reviewed_by = models.CharField(max_length=150, blank=True)
+    review_reason = models.TextField(blank=True)
+    reviewed_at = models.DateTimeField(null=True, blank=True)
     last_reconcile = models.CharField(max_length=300, blank=True)
     reconciled_at = models.DateTimeField(null=True, blank=True)
 
@@ -89,8 +81,6 @@ class Effect(models.Model):
     # the call it guards can no longer be in flight.
     intent_at = models.DateTimeField()
     updated_at = models.DateTimeField(auto_now=True)
-
-    objects = EffectQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -114,10 +104,6 @@ class Effect(models.Model):
 
     def __str__(self):
         return f"{self.action} {self.owner_item} [{self.state}]"
-
-    @property
-    def is_open(self) -> bool:
-        return self.state in (EffectState.INTENT, EffectState.UNKNOWN)
 
 
 class EffectTransition(models.Model):
@@ -149,7 +135,7 @@ class BlockedDuplicate(models.Model):
     owner_task = models.CharField(max_length=64, db_index=True)
     owner_item = models.CharField(max_length=64)
     owner_step = models.CharField(max_length=64)
-    holder = models.CharField(max_length=64, blank=True)
+    lease_token = models.CharField(max_length=64, blank=True)
     existing_state = models.CharField(max_length=16)
     at = models.DateTimeField(auto_now_add=True)
 

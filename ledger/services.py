@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from ledger.channels import get_channel
 from ledger.gate import record_transition
-from ledger.models import Decision, Effect, EffectState, ResolvedBy
+from ledger.models import Effect, EffectState, ResolvedBy, Verdict
 
 # Extra time past a channel's own timeouts before an unknown effect is
 # reconciled: a call made by a worker that is still alive (an orphaned
@@ -16,7 +16,7 @@ RECONCILE_MARGIN_SECONDS = 2.0
 
 
 class ReviewError(Exception):
-    """A review decision that cannot be applied (wrong state, no reason)."""
+    """A review verdict that cannot be applied (wrong state, no reason)."""
 
 
 def effects_mark_unknown(*, owner_item: str, actor: str, note: str) -> list[Effect]:
@@ -47,7 +47,7 @@ def effect_reconcile(*, effect_id: int, actor: str = "reconcile", force: bool = 
     """Ask the channel whether the unknown effect happened.
 
     found  -> committed (resolved_by reconcile);
-    absent -> failed, decision "did not happen": the item may retry with the same key;
+    absent -> failed, verdict "did not happen": the item may retry with the same key;
     anything else stays unknown for review, with the answer recorded.
     """
     effect = Effect.objects.get(pk=effect_id)
@@ -66,14 +66,14 @@ def effect_reconcile(*, effect_id: int, actor: str = "reconcile", force: bool = 
         if answer.found is True:
             effect.state = EffectState.COMMITTED
             effect.resolved_by = ResolvedBy.RECONCILE
-            effect.decision = Decision.HAPPENED
+            effect.verdict = Verdict.HAPPENED
             effect.external_ref = answer.external_ref[:200]
             effect.save()
             record_transition(effect, EffectState.UNKNOWN, "EFFECT_RECONCILED", actor=actor, note=answer.detail)
         elif answer.found is False:
             effect.state = EffectState.FAILED
             effect.resolved_by = ResolvedBy.RECONCILE
-            effect.decision = Decision.NOT_HAPPENED
+            effect.verdict = Verdict.NOT_HAPPENED
             effect.save()
             record_transition(effect, EffectState.UNKNOWN, "EFFECT_RECONCILED", actor=actor, note=answer.detail)
         else:
@@ -83,27 +83,27 @@ def effect_reconcile(*, effect_id: int, actor: str = "reconcile", force: bool = 
     return effect
 
 
-def effect_decide(*, effect_id: int, decision: str, reason: str, actor: str) -> Effect:
-    """A person's recorded decision on an unknown effect."""
+def effect_review(*, effect_id: int, verdict: str, reason: str, actor: str) -> Effect:
+    """A person's recorded verdict on an unknown effect: happened, did not happen (retry) or skip."""
     reason = (reason or "").strip()
     if not reason:
-        raise ReviewError("a reason is required for every review decision")
-    if decision not in (Decision.HAPPENED, Decision.NOT_HAPPENED, Decision.SKIP):
-        raise ReviewError(f"unknown decision {decision!r}; choose happened, not_happened or skip")
+        raise ReviewError("a reason is required for every review verdict")
+    if verdict not in (Verdict.HAPPENED, Verdict.NOT_HAPPENED, Verdict.SKIP):
+        raise ReviewError(f"unknown verdict {verdict!r}; choose happened, not_happened or skip")
     with transaction.atomic():
         effect = Effect.objects.select_for_update().get(pk=effect_id)
         if effect.state != EffectState.UNKNOWN:
             raise ReviewError(f"this effect is {effect.state}, not unknown: it was already resolved")
         effect.state = {
-            Decision.HAPPENED: EffectState.COMMITTED,
-            Decision.NOT_HAPPENED: EffectState.FAILED,
-            Decision.SKIP: EffectState.SKIPPED,
-        }[decision]
+            Verdict.HAPPENED: EffectState.COMMITTED,
+            Verdict.NOT_HAPPENED: EffectState.FAILED,
+            Verdict.SKIP: EffectState.SKIPPED,
+        }[verdict]
         effect.resolved_by = ResolvedBy.REVIEW
-        effect.decision = decision
-        effect.decided_by = actor
-        effect.decision_reason = reason[:2000]
-        effect.decided_at = timezone.now()
+        effect.verdict = verdict
+        effect.reviewed_by = actor
+        effect.review_reason = reason[:2000]
+        effect.reviewed_at = timezone.now()
         effect.save()
-        record_transition(effect, EffectState.UNKNOWN, "REVIEWED", actor=actor, note=f"{decision}: {reason}")
+        record_transition(effect, EffectState.UNKNOWN, "REVIEWED", actor=actor, note=f"{verdict}: {reason}")
     return effect

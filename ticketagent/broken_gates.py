@@ -10,10 +10,10 @@ from ledger.gate import GateResult, idempotency_key, payload_hash, slot_for, sum
 from ledger.models import Effect, EffectState
 
 
-def _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, holder, state, ref=""):
+def _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, lease_token, state, ref=""):
     effect, _ = Effect.objects.update_or_create(idempotency_key=key, defaults=dict(
         slot=slot, action=spec.name, effect_class=spec.effect_class, channel=spec.channel, state=state,
-        owner_task=owner_task, owner_item=owner_item, owner_step=owner_step, holder=holder, payload=payload,
+        owner_task=owner_task, owner_item=owner_item, owner_step=owner_step, lease_token=lease_token, payload=payload,
         payload_hash=p_hash, payload_summary=summarize(payload), intent_at=timezone.now(), external_ref=ref))
     return effect
 
@@ -28,7 +28,7 @@ def _prepare(action, payload, owner_task, owner_item, owner_step):
     return spec, p_hash, key, slot
 
 
-def no_intent(*, action, payload, owner_task, owner_item, owner_step, holder, fence=None, authorized_by="",
+def no_intent(*, action, payload, owner_task, owner_item, owner_step, lease_token, fence=None, authorized_by="",
               channel=None):
     """Calls first, records afterwards: a crash after the call forgets it happened."""
     spec, p_hash, key, slot = _prepare(action, payload, owner_task, owner_item, owner_step)
@@ -38,14 +38,14 @@ def no_intent(*, action, payload, owner_task, owner_item, owner_step, holder, fe
     crash_point("before_intent")
     result = (channel or get_channel(spec.channel)).perform(spec, payload, key)
     crash_point("after_call")
-    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, holder,
+    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, lease_token,
                      EffectState.COMMITTED if result.state != EffectState.FAILED else EffectState.FAILED,
                      result.external_ref)
     crash_point("after_commit")
     return GateResult(effect=effect, state=effect.state, called=True)
 
 
-def commit_before_call(*, action, payload, owner_task, owner_item, owner_step, holder, fence=None,
+def commit_before_call(*, action, payload, owner_task, owner_item, owner_step, lease_token, fence=None,
                        authorized_by="", channel=None):
     """Records success before calling: a crash before the call loses the effect."""
     spec, p_hash, key, slot = _prepare(action, payload, owner_task, owner_item, owner_step)
@@ -53,7 +53,7 @@ def commit_before_call(*, action, payload, owner_task, owner_item, owner_step, h
     if existing:
         return GateResult(effect=existing, state=existing.state, blocked="duplicate")
     crash_point("before_intent")
-    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, holder,
+    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, lease_token,
                      EffectState.COMMITTED)
     crash_point("after_intent")
     (channel or get_channel(spec.channel)).perform(spec, payload, key)

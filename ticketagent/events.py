@@ -50,6 +50,6 @@ def effect_snapshot(effect) -> dict:
         "payload_hash": effect.payload_hash,
         "external_ref": effect.external_ref,
         "resolved_by": effect.resolved_by,
-        "decision": effect.decision,
-        "decided_by": effect.decided_by,
+        "verdict": effect.verdict,
+        "reviewed_by": effect.reviewed_by,
     }

@@ -39,7 +39,7 @@ from django.utils import timezone
 
 from ledger.faults import WINDOWS
 from ledger.models import BlockedDuplicate, Effect, EffectState
-from ledger.services import effect_decide, reconcile_not_before
+from ledger.services import effect_review, reconcile_not_before
 from ticketagent.models import Event, EventType, ItemStatus, Task, TaskStatus
 from ticketagent.processes import database_url, kill_tree
 from ticketagent.samples import ticket_rows
@@ -190,7 +190,7 @@ def _play_operator(task: Task, sandbox: SandboxClient, report: Report) -> None:
         if now < reconcile_not_before(effect):
             continue  # the call it guards may still be in flight
         happened = bool(sandbox.deliveries(key=effect.idempotency_key))
-        effect_decide(effect_id=effect.pk, decision="happened" if happened else "not_happened",
+        effect_review(effect_id=effect.pk, verdict="happened" if happened else "not_happened",
                       reason="kill test: the sandbox (oracle) was asked", actor="killtest")
         report.reviewed += 1
 

@@ -4,7 +4,7 @@ One pass (`recover_once`), run in a loop beside the workers and once at
 worker start:
 
 1. items whose lease expired (the worker died or froze): fence the old
-   holder, turn its `intent` effects into `unknown`, queue the item again;
+   lease_token, turn its `intent` effects into `unknown`, queue the item again;
 2. unknown effects on channels with look-up, once the call they guard can
    no longer be in flight: reconcile (the item then continues by itself);
 3. queued items whose RQ job vanished (FLUSHALL, Redis restart) or ended

@@ -11,7 +11,7 @@ from ledger.models import BlockedDuplicate, Effect
 from ticketagent.models import Blob, Checkpoint, Event
 
 EFFECT_FIELDS = ("key", "slot", "action", "effect_class", "channel", "state", "attempts", "step", "payload_hash",
-                 "external_ref", "resolved_by", "decision", "decided_by")
+                 "external_ref", "resolved_by", "verdict", "reviewed_by")
 CHECKPOINT_FIELDS = ("plan_version", "schema_version", "cursor", "input_hash", "step_outputs", "retry_count")
 
 

@@ -338,7 +338,7 @@ def item_continue(*, item_id: int, actor: str = "system") -> bool:
     return True
 
 
-def item_decide_approval(*, item_id: int, approve: bool, reason: str, actor: str) -> Item:
+def item_approve(*, item_id: int, approved: bool, reason: str, actor: str) -> Item:
     reason = (reason or "").strip()
     if not reason:
         raise ServiceError("a reason is required to approve or reject")
@@ -348,12 +348,12 @@ def item_decide_approval(*, item_id: int, approve: bool, reason: str, actor: str
         item = Item.objects.select_for_update().get(pk=item_id)
         if item.status != ItemStatus.WAITING_APPROVAL:
             raise ServiceError(f"this item is {item.get_status_display()}, not waiting for approval")
-        item.approval = "approved" if approve else "rejected"
+        item.approval = "approved" if approved else "rejected"
         item.approval_by = actor
         item.approval_reason = reason[:2000]
         item.save(update_fields=["approval", "approval_by", "approval_reason", "updated_at"])
         event_append(task_id=task.pk, item_id=item.pk, actor=actor,
-                     type=EventType.APPROVED if approve else EventType.REJECTED,
+                     type=EventType.APPROVED if approved else EventType.REJECTED,
                      payload={"step": "close_ticket", "reason": reason[:500]})
         _item_requeue(item, task, actor=actor, why=f"close_ticket {item.approval}")
     return item
@@ -787,7 +787,7 @@ def _run_effect_step(step, run: _Run, task: Task, pending):
         if resolved is not None:
             out = {**_effect_summary(resolved), "resolved_by": resolved.resolved_by}
             if resolved.state == EffectState.SKIPPED:
-                out["skipped"] = f"review decided to skip ({resolved.decided_by})"
+                out["skipped"] = f"review decided to skip ({resolved.reviewed_by})"
             return out
     origin = _origin_effect(item, step)
     if origin is not None:
@@ -805,7 +805,7 @@ def _run_effect_step(step, run: _Run, task: Task, pending):
     result = effect_run(
         action=effect_action(step, notify_channel=task.notify_channel),
         payload=effect_payload(step, ticket=_ticket(item), outputs=run.outputs),
-        owner_task=str(task.pk), owner_item=item.ref, owner_step=step, holder=run.token,
+        owner_task=str(task.pk), owner_item=item.ref, owner_step=step, lease_token=run.token,
         fence=lambda: _hold(run), authorized_by=authorized, then=record_with_outcome,
     )
     effect = result.effect
@@ -821,7 +821,7 @@ def _run_effect_step(step, run: _Run, task: Task, pending):
     if effect.state == EffectState.COMMITTED:
         return summary
     if effect.state == EffectState.SKIPPED:
-        return {**summary, "skipped": f"review decided to skip ({effect.decided_by})"}
+        return {**summary, "skipped": f"review decided to skip ({effect.reviewed_by})"}
     if effect.state == EffectState.FAILED:
         why = "slot taken by another payload (conflict)" if result.blocked == "conflict" else effect.last_error
         _phase_fail(run, kind="channel_refused" if not result.blocked else "conflict", message=f"{step}: {why}")

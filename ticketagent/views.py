@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.actions import ACTIONS
 from ledger.channels import CHANNELS
 from ledger.models import Effect
-from ledger.services import ReviewError, effect_decide, effect_reconcile
+from ledger.services import ReviewError, effect_review, effect_reconcile
 from ticketagent import selectors
 from ticketagent.export import event_line
 from ticketagent.models import Checkpoint, Event, Item, NotifyChannel, Task
@@ -29,7 +29,7 @@ from ticketagent.plan import STEPS
 from ticketagent.services import (
     ServiceError,
     UploadRejected,
-    item_decide_approval,
+    item_approve,
     task_cancel,
     task_clone_unfinished,
     task_dry_run,
@@ -297,7 +297,7 @@ def review_queue(request):
 
 
 def _effect_answer(request, effect, error=""):
-    """After reconcile or a decision: the updated row (htmx), else the page."""
+    """After reconcile or a verdict: the updated row (htmx), else the page."""
     status = 409 if error else 200
     if not request.htmx:
         if error:
@@ -325,12 +325,12 @@ def effect_reconcile_view(request, pk):
 
 @login_required
 @require_POST
-def effect_decide_view(request, pk):
+def effect_review_view(request, pk):
     _require_operator(request)
     effect = get_object_or_404(Effect, pk=pk)
     error = ""
     try:
-        effect = effect_decide(effect_id=effect.pk, decision=request.POST.get("decision", ""),
+        effect = effect_review(effect_id=effect.pk, verdict=request.POST.get("verdict", ""),
                                reason=request.POST.get("reason", ""), actor=_actor(request))
     except ReviewError as exc:
         error = str(exc)
@@ -344,12 +344,12 @@ def item_approval_view(request, pk):
     _require_operator(request)
     item = get_object_or_404(Item, pk=pk)
     error = ""
-    decision = request.POST.get("decision", "")
+    approval = request.POST.get("approval", "")
     try:
-        if decision not in ("approve", "reject"):
+        if approval not in ("approve", "reject"):
             raise ServiceError("choose approve or reject")
-        item = item_decide_approval(item_id=item.pk, approve=decision == "approve",
-                                    reason=request.POST.get("reason", ""), actor=_actor(request))
+        item = item_approve(item_id=item.pk, approved=approval == "approve",
+                            reason=request.POST.get("reason", ""), actor=_actor(request))
     except ServiceError as exc:
         error = str(exc)
         item.refresh_from_db()

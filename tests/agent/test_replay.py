@@ -25,10 +25,10 @@ def finished_task(workers, sandbox):
     sandbox.set_faults(drop_next={"notify": 1})  # one unknown, reconciled below
     task = make_task(3, subject="=HYPERLINK(\"http://evil.example\") refund", body="'quoted' and -1+1")
     assert workers.burst() == 0, workers.logs()
-    from ledger.services import effect_decide
+    from ledger.services import effect_review
 
     for effect in Effect.objects.filter(state="unknown"):  # decided by a user whose name looks like a formula
-        effect_decide(effect_id=effect.pk, decision="happened", reason="'checked' in the helpdesk", actor="=ops")
+        effect_review(effect_id=effect.pk, verdict="happened", reason="'checked' in the helpdesk", actor="=ops")
     assert workers.burst() == 0, workers.logs()
     return task
 

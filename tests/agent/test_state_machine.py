@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from ledger import faults
 from ledger.models import Effect, EffectState
-from ledger.services import effect_decide, effect_reconcile
+from ledger.services import effect_review, effect_reconcile
 from ticketagent.llm import ModelError, OfflineModel
 from ticketagent.models import Item, ItemStatus, Task, TaskStatus
 from ticketagent.recovery import recover_once
@@ -102,7 +102,7 @@ def machine_for(sandbox):
             if decision == "truth":  # the operator checked the helpdesk
                 happened = bool(sandbox.deliveries(key=effect.idempotency_key))
                 decision = "happened" if happened else "not_happened"
-            effect_decide(effect_id=effect.pk, decision=decision, reason="checked", actor="tester")
+            effect_review(effect_id=effect.pk, verdict=decision, reason="checked", actor="tester")
 
         @rule()
         def resume(self):

@@ -44,7 +44,7 @@ def test_an_item_enqueued_twice_is_processed_once(workers, sandbox):
 
 
 def test_close_waits_for_approval_unless_the_task_allows_it(workers, sandbox):
-    from ticketagent.services import item_decide_approval
+    from ticketagent.services import item_approve
 
     thanks = dict(subject="Thanks", body="Great support, thank you! You can close this ticket.")
     waiting = make_task(2, **thanks)
@@ -57,8 +57,8 @@ def test_close_waits_for_approval_unless_the_task_allows_it(workers, sandbox):
     assert waiting.status == TaskStatus.NEEDS_REVIEW
 
     first, second = waiting.items.order_by("row")
-    item_decide_approval(item_id=first.pk, approve=True, reason="customer is happy", actor="alice")
-    item_decide_approval(item_id=second.pk, approve=False, reason="keep it open", actor="alice")
+    item_approve(item_id=first.pk, approved=True, reason="customer is happy", actor="alice")
+    item_approve(item_id=second.pk, approved=False, reason="keep it open", actor="alice")
     assert workers.burst() == 0, workers.logs()
     assert dict(waiting.items.values_list("status").annotate(n=Count("id"))) == {ItemStatus.DONE: 2}
     assert sandbox.counts()["by_endpoint"]["close"] == 2

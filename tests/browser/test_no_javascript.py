@@ -38,16 +38,16 @@ def test_an_operator_without_javascript_resumes_and_decides(page, live_server, q
     # a decision on the review page is a form post; a blank reason comes back as an error page
     page.goto("/review/")
     row = page.locator(f"#effect-{effect.pk}")
-    row.get_by_label("decision").select_option("skip")
+    row.get_by_label("verdict").select_option("skip")
     row.get_by_label("reason").fill(" ")
     row.get_by_role("button", name="Decide").click()
     expect(page.locator("#page-error")).to_contain_text("a reason is required")
     row = page.locator(f"#effect-{effect.pk}")
-    row.get_by_label("decision").select_option("skip")
+    row.get_by_label("verdict").select_option("skip")
     row.get_by_label("reason").fill("The customer closed the ticket themselves")
     row.get_by_role("button", name="Decide").click()
     page.wait_for_url("**/review/")
     expect(page.locator(f"#effect-{effect.pk}")).to_have_count(0)
     expect(page.locator(".events")).to_contain_text("The customer closed the ticket themselves")
     effect.refresh_from_db()
-    assert effect.state == EffectState.SKIPPED and effect.decided_by == "alice"
+    assert effect.state == EffectState.SKIPPED and effect.reviewed_by == "alice"

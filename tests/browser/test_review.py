@@ -101,14 +101,14 @@ def test_an_unknown_email_is_decided_by_hand_and_its_item_completes(page, live_s
     mark_page(page)
 
     # a blank reason is refused by the server, inline, and nothing changes
-    row.get_by_label("decision").select_option("happened")
+    row.get_by_label("verdict").select_option("happened")
     row.get_by_label("reason").fill("   ")
     row.get_by_role("button", name="Decide").click()
     expect(row.locator(".error")).to_contain_text("a reason is required")
     effect.refresh_from_db()
     assert effect.state == EffectState.UNKNOWN
 
-    row.get_by_label("decision").select_option("happened")
+    row.get_by_label("verdict").select_option("happened")
     row.get_by_label("reason").fill("The customer's mailbox shows the reply")
     row.get_by_role("button", name="Decide").click()
     expect(row).to_have_attribute("data-state", "committed")

@@ -4,7 +4,7 @@ import pytest
 
 from ledger.faults import SimulatedCrash, arm
 from ledger.models import BlockedDuplicate, Effect, EffectState, EffectTransition
-from ledger.services import effect_decide, effect_reconcile
+from ledger.services import effect_review, effect_reconcile
 
 from ..conftest import wait_for
 from .helpers import NOTIFY, run_notify
@@ -34,7 +34,7 @@ def test_a_5xx_is_unknown_then_reconcile_says_absent(sandbox):
     result = run_notify()
     assert result.state == EffectState.UNKNOWN
     effect = effect_reconcile(effect_id=result.effect.pk, force=True)
-    assert effect.state == EffectState.FAILED and effect.decision == "not_happened"
+    assert effect.state == EffectState.FAILED and effect.verdict == "not_happened"
     assert run_notify().state == EffectState.COMMITTED
     assert sandbox.counts()["by_endpoint"]["notify"] == 1
 
@@ -71,7 +71,7 @@ def test_connection_refused_before_sending_is_failed(sandbox, settings):
 def test_same_slot_other_payload_is_a_blocked_conflict(sandbox):
     first = run_notify()
     regenerated = {**NOTIFY, "body": {**NOTIFY["body"], "body": "A regenerated, different draft."}}
-    second = run_notify(regenerated, holder="worker-b")
+    second = run_notify(regenerated, lease_token="worker-b")
     assert second.blocked == "conflict" and not second.called
     assert second.effect.pk == first.effect.pk
     blocked = BlockedDuplicate.objects.get()
@@ -88,11 +88,11 @@ def test_overwrite_effects_have_no_slot(sandbox):
 
 
 def test_irreversible_needs_a_recorded_decision(sandbox):
-    from ledger.gate import DecisionRequired, effect_run
+    from ledger.gate import ApprovalRequired, effect_run
 
-    with pytest.raises(DecisionRequired):
+    with pytest.raises(ApprovalRequired):
         effect_run(action="close_ticket", payload={"ticket": "T-1", "body": {"reason": "done"}}, owner_task="t1",
-                   owner_item="i1", owner_step="close_ticket", holder="w")
+                   owner_item="i1", owner_step="close_ticket", lease_token="w")
     assert Effect.objects.count() == 0
 
 
@@ -106,11 +106,11 @@ def test_review_decisions_need_a_reason_and_an_unknown_effect(sandbox):
 
     [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="died")
     with pytest.raises(ReviewError, match="reason"):
-        effect_decide(effect_id=effect.pk, decision="happened", reason=" ", actor="alice")
-    effect = effect_decide(effect_id=effect.pk, decision="happened", reason="customer confirmed", actor="alice")
-    assert (effect.state, effect.resolved_by, effect.decided_by) == ("committed", "review", "alice")
+        effect_review(effect_id=effect.pk, verdict="happened", reason=" ", actor="alice")
+    effect = effect_review(effect_id=effect.pk, verdict="happened", reason="customer confirmed", actor="alice")
+    assert (effect.state, effect.resolved_by, effect.reviewed_by) == ("committed", "review", "alice")
     with pytest.raises(ReviewError, match="already resolved"):
-        effect_decide(effect_id=effect.pk, decision="skip", reason="again", actor="alice")
+        effect_review(effect_id=effect.pk, verdict="skip", reason="again", actor="alice")
 
 
 def test_a_fenced_holder_cannot_commit(sandbox):

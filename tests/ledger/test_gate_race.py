@@ -21,7 +21,7 @@ start = float(sys.argv[1])
 while time.time() < start:
     time.sleep(0.001)
 r = effect_run(action="notify_customer", owner_task="t1", owner_item="i1", owner_step="notify_customer",
-               holder=sys.argv[2], payload={"ticket": "T-9", "body": {"to": "ann@example.com", "subject": "s",
+               lease_token=sys.argv[2], payload={"ticket": "T-9", "body": {"to": "ann@example.com", "subject": "s",
                "body": "b"}})
 print(json.dumps({"called": r.called, "blocked": r.blocked, "state": r.state}))
 """

@@ -138,7 +138,7 @@ def test_an_oversized_request_gets_413_before_it_is_read_and_creates_nothing(cli
     item = task.items.get()
     task.items.update(status=ItemStatus.WAITING_APPROVAL)
     client.raise_request_exception = False
-    response = client.post(reverse("item-approval", args=[item.pk]), {"decision": "approve", "reason": "x" * 10_000})
+    response = client.post(reverse("item-approval", args=[item.pk]), {"approval": "approve", "reason": "x" * 10_000})
     assert response.status_code == 400
     assert Item.objects.get(pk=item.pk).approval == ""
     # a Content-Length that is not a number: 400
@@ -194,9 +194,9 @@ def test_model_calls_never_happen_in_a_web_request(client, alice, no_model, unkn
         ("GET", reverse("review"), {}), ("GET", "/metrics", {}),
         ("POST", reverse("task-pause", args=[task.pk]), {}), ("GET", reverse("task-dry-run", args=[task.pk]), {}),
         ("POST", reverse("task-resume", args=[task.pk]), {}),
-        ("POST", reverse("item-approval", args=[item.pk]), {"decision": "approve", "reason": "ok"}),
+        ("POST", reverse("item-approval", args=[item.pk]), {"approval": "approve", "reason": "ok"}),
         ("POST", reverse("effect-reconcile", args=[effect.pk]), {}),
-        ("POST", reverse("effect-decide", args=[effect.pk]), {"decision": "happened", "reason": "seen in helpdesk"}),
+        ("POST", reverse("effect-review", args=[effect.pk]), {"verdict": "happened", "reason": "seen in helpdesk"}),
         ("POST", reverse("task-clone", args=[task.pk]), {}),
         ("POST", reverse("task-cancel", args=[task.pk]), {}),
     ]

@@ -177,12 +177,12 @@ def test_ticket_and_model_text_render_inert_on_every_page(client, alice, bob, ho
     assert "XSS-2" in review and "XSS-1" in review  # the approval and the unknown effect are both listed
 
     # an operator's decision with a hostile reason: the returned row and the audit trail stay inert
-    row = client.post(reverse("effect-decide", args=[effect.pk]), {"decision": "skip", "reason": EVIL}, headers=HTMX)
+    row = client.post(reverse("effect-review", args=[effect.pk]), {"verdict": "skip", "reason": EVIL}, headers=HTMX)
     assert row.status_code == 200
     assert_inert(row.content.decode(), "decided row")
     assert "&lt;script&gt;alert(" in row.content.decode()
     approval = task.items.get(ticket_id="XSS-2")
-    answer = client.post(reverse("item-approval", args=[approval.pk]), {"decision": "reject", "reason": EVIL},
+    answer = client.post(reverse("item-approval", args=[approval.pk]), {"approval": "reject", "reason": EVIL},
                          headers=HTMX)
     assert answer.status_code == 200
     assert_inert(answer.content.decode(), "approval row")

@@ -206,21 +206,21 @@ class TestActionsWithHtmx:
     def test_the_review_decision_needs_a_reason_and_says_so_inline(self, client, alice, unknown_effect):
         effect = unknown_effect()
         client.force_login(alice)
-        url = reverse("effect-decide", args=[effect.pk])
-        response = client.post(url, {"decision": "happened", "reason": "  "}, headers=HTMX)
+        url = reverse("effect-review", args=[effect.pk])
+        response = client.post(url, {"verdict": "happened", "reason": "  "}, headers=HTMX)
         assert response.status_code == 409
         body = response.content.decode()
         assert body.lstrip().startswith(f'<tr id="effect-{effect.pk}"')
         assert "a reason is required" in body and "Decide" in body
         assert Effect.objects.get(pk=effect.pk).state == EffectState.UNKNOWN
-        no_js = client.post(url, {"decision": "happened", "reason": ""})
+        no_js = client.post(url, {"verdict": "happened", "reason": ""})
         assert no_js.status_code == 409 and b"a reason is required" in no_js.content and b"<html" in no_js.content
 
     def test_a_decision_is_an_event_with_the_user_and_the_reason(self, client, alice, unknown_effect):
         effect = unknown_effect()
         client.force_login(alice)
-        body = client.post(reverse("effect-decide", args=[effect.pk]),
-                           {"decision": "not_happened", "reason": "not in the customer's inbox"},
+        body = client.post(reverse("effect-review", args=[effect.pk]),
+                           {"verdict": "not_happened", "reason": "not in the customer's inbox"},
                            headers=HTMX).content.decode()
         assert "did not happen — retry" in body and "by alice" in body
         event = Event.objects.get(type=EventType.REVIEWED)
@@ -251,11 +251,11 @@ class TestActionsWithHtmx:
         client.force_login(alice)
         review = client.get(reverse("review")).content.decode()
         assert f'id="approval-{first.pk}"' in review and "Approve" in review and "Reject" in review
-        missing = client.post(reverse("item-approval", args=[first.pk]), {"decision": "approve"}, headers=HTMX)
+        missing = client.post(reverse("item-approval", args=[first.pk]), {"approval": "approve"}, headers=HTMX)
         assert missing.status_code == 409 and b"a reason is required" in missing.content
         nothing = client.post(reverse("item-approval", args=[first.pk]), {"reason": "x"}, headers=HTMX)
         assert nothing.status_code == 409 and b"approve or reject" in nothing.content
-        ok = client.post(reverse("item-approval", args=[second.pk]), {"decision": "reject", "reason": "keep open"},
+        ok = client.post(reverse("item-approval", args=[second.pk]), {"approval": "reject", "reason": "keep open"},
                          headers=HTMX)
         assert ok.status_code == 200 and b"rejected" in ok.content
         assert Event.objects.filter(type=EventType.REJECTED, actor="alice", item=second).exists()

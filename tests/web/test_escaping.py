@@ -115,7 +115,7 @@ def test_htmx_fragments_after_actions_are_escaped_too(client, alice, evil_task):
     from ledger.models import Effect
 
     effect = Effect.objects.get()
-    row = client.post(reverse("effect-decide", args=[effect.pk]), {"decision": "skip", "reason": EVIL},
+    row = client.post(reverse("effect-review", args=[effect.pk]), {"verdict": "skip", "reason": EVIL},
                       headers=HTMX)
     assert row.status_code == 200
     assert_inert(row.content.decode(), "decided row")

@@ -42,10 +42,10 @@ def rows(sandbox, unknown_effect):
         task_resume(task_id=task.pk, actor="alice")
     first, second, third = task.items.order_by("row")
     done = effect_run(action="notify_customer", payload=notify_payload(first), owner_task=str(task.pk),
-                      owner_item=first.ref, owner_step="notify_customer", holder="w1")
+                      owner_item=first.ref, owner_step="notify_customer", lease_token="w1")
     assert done.state == EffectState.COMMITTED
     again = effect_run(action="notify_customer", payload=notify_payload(first), owner_task=str(task.pk),
-                       owner_item=first.ref, owner_step="notify_customer", holder="w2")
+                       owner_item=first.ref, owner_step="notify_customer", lease_token="w2")
     assert again.blocked == "duplicate" and again.called is False
     Item.objects.filter(pk=first.pk).update(status=ItemStatus.DONE, finished_at=timezone.now())
 
@@ -78,9 +78,9 @@ def test_metrics_match_the_database(client, bob, rows):
 def test_the_numbers_follow_the_database_at_scrape_time(client, bob, rows):
     client.force_login(bob)
     assert scrape(client)["ticketagent_unknown_effects"] == 1
-    from ledger.services import effect_decide
+    from ledger.services import effect_review
 
-    effect_decide(effect_id=Effect.objects.get(state=EffectState.UNKNOWN).pk, decision="happened",
+    effect_review(effect_id=Effect.objects.get(state=EffectState.UNKNOWN).pk, verdict="happened",
                   reason="the customer confirmed", actor="alice")
     m = scrape(client)
     assert m["ticketagent_unknown_effects"] == 0

@@ -68,7 +68,7 @@ def _case(name, unknown_effect) -> Case:
         task = make_task(1)
         item = task.items.get()
         task.items.update(status=ItemStatus.WAITING_APPROVAL)
-        return Case(reverse(name, args=[item.pk]), lambda: {"decision": "approve", "reason": "customer asked"},
+        return Case(reverse(name, args=[item.pk]), lambda: {"approval": "approve", "reason": "customer asked"},
                     lambda: task.items.get().approval == "approved",
                     lambda: task.items.get().status == ItemStatus.WAITING_APPROVAL and not task.items.get().approval)
     if name == "effect-reconcile":
@@ -76,16 +76,16 @@ def _case(name, unknown_effect) -> Case:
         return Case(reverse(name, args=[effect.pk]), dict,
                     lambda: type(effect).objects.get(pk=effect.pk).state == EffectState.COMMITTED,
                     lambda: type(effect).objects.get(pk=effect.pk).state == EffectState.UNKNOWN)
-    if name == "effect-decide":
+    if name == "effect-review":
         effect = unknown_effect()
-        return Case(reverse(name, args=[effect.pk]), lambda: {"decision": "skip", "reason": "customer withdrew"},
+        return Case(reverse(name, args=[effect.pk]), lambda: {"verdict": "skip", "reason": "customer withdrew"},
                     lambda: type(effect).objects.get(pk=effect.pk).state == EffectState.SKIPPED,
                     lambda: type(effect).objects.get(pk=effect.pk).state == EffectState.UNKNOWN)
     raise AssertionError(name)
 
 
 POST_ENDPOINTS = ["upload", "task-resume", "task-pause", "task-cancel", "task-clone", "item-approval",
-                  "effect-reconcile", "effect-decide"]
+                  "effect-reconcile", "effect-review"]
 
 
 @pytest.mark.parametrize("name", POST_ENDPOINTS)

@@ -467,7 +467,7 @@ def _ledger_writes_by_hand(payload: Callable[[int], dict], run_id: str) -> dict[
     transition = f"{into} VALUES (%s, %s, %s, %s, %s, %s)"
     transition_of_e = f"{into} SELECT id, %s, %s, %s, %s, %s FROM e"
     outcome = (f"UPDATE {qn(Effect._meta.db_table)} SET state = %s, external_ref = %s, last_error = '', "
-               "updated_at = %s WHERE id = %s AND state = %s AND holder = %s RETURNING id")
+               "updated_at = %s WHERE id = %s AND state = %s AND lease_token = %s RETURNING id")
 
     def intent_row(kind: str, i: int) -> tuple[list, str]:
         body = payload(i)
@@ -478,7 +478,7 @@ def _ledger_writes_by_hand(payload: Callable[[int], dict], run_id: str) -> dict[
                                             action="notify_customer", p_hash=p_hash),
             slot=f"{owner}/g{i}/notify_customer/notify_customer", action="notify_customer", effect_class="once",
             channel="stub", state=EffectState.INTENT, attempts=1, owner_task=owner, owner_item=f"g{i}",
-            owner_step="notify_customer", holder="bench", payload=body, payload_hash=p_hash,
+            owner_step="notify_customer", lease_token="bench", payload=body, payload_hash=p_hash,
             payload_summary=summarize(body), intent_at=timezone.now())
         return [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields], effect.payload_summary
 
@@ -751,13 +751,13 @@ class Bench:
 
         def gate_only(i: int) -> None:
             effect_run(action="notify_customer", payload=payload(i), owner_task=f"bench-{run_id}",
-                       owner_item=f"g{i}", owner_step="notify_customer", holder="bench", channel=stub)
+                       owner_item=f"g{i}", owner_step="notify_customer", lease_token="bench", channel=stub)
 
         def gate_wired(i: int) -> None:
             item = items[i]
             run = _Run(item=item, token="bench-gate", cursor=0, outputs={})  # the pipeline's fence: lock, read
             effect_run(action="notify_customer", payload=payload(i), owner_task=str(task.pk), owner_item=str(item.pk),
-                       owner_step="notify_customer", holder="bench-gate", fence=lambda: _hold(run), channel=stub)
+                       owner_step="notify_customer", lease_token="bench-gate", fence=lambda: _hold(run), channel=stub)
 
         variants: dict[str, Callable[[int], None]] = {"floor": floor, "gate": gate_only, "wired": gate_wired}
         if vendor == "postgresql":  # data-modifying CTEs: PostgreSQL only
@@ -1087,7 +1087,7 @@ class Bench:
                     idempotency_key=key, action=action, effect_class=klass, channel=channel, state=state,
                     slot=slot_for(owner_task=str(task.pk), owner_item=str(item.pk), owner_step=step, action=action)
                     if klass == "once" else None,
-                    owner_task=str(task.pk), owner_item=str(item.pk), owner_step=step, holder="x" * 32,
+                    owner_task=str(task.pk), owner_item=str(item.pk), owner_step=step, lease_token="x" * 32,
                     payload=payload, payload_hash=p_hash, payload_summary=summarize(payload),
                     external_ref=f"{item.pk}-{j}" if state == "committed" else "", resolved_by=resolved,
                     intent_at=at, last_error="ConnectionResetError after sending" if state == "unknown" else ""))
@@ -1133,7 +1133,7 @@ class Bench:
             rows.append(Effect(
                 idempotency_key=idempotency_key(**owner, p_hash=p_hash), slot=slot_for(**owner), action="escalate",
                 effect_class="once", channel="helpdesk", state="committed", owner_task=str(task_id),
-                owner_item=str(pk), owner_step="escalate", holder="x" * 32, payload=payload, payload_hash=p_hash,
+                owner_item=str(pk), owner_step="escalate", lease_token="x" * 32, payload=payload, payload_hash=p_hash,
                 payload_summary=summarize(payload), external_ref=f"{pk}-e", intent_at=at))
         Effect.objects.bulk_create(rows, batch_size=2000)
 
@@ -1151,7 +1151,7 @@ class Bench:
                 key = hashlib.sha256(f"{item.pk}/{step.name}".encode()).hexdigest()
                 snap = {"key": key, "slot": None, "action": step.name, "effect_class": "once", "channel": "helpdesk",
                         "attempts": 1, "step": step.name, "payload_hash": key, "external_ref": "",
-                        "resolved_by": "", "decision": "", "decided_by": ""}
+                        "resolved_by": "", "verdict": "", "reviewed_by": ""}
                 out.append(Event(task=task, item=item, type="EFFECT_INTENT", actor="worker",
                                  payload={**snap, "state": "intent", "from_state": ""}))
                 out.append(Event(task=task, item=item, type="EFFECT_COMMITTED", actor="worker",
