@@ -1,7 +1,7 @@
 import csv
 import io
 
-from ticketagent.services import task_upload
+from ticketagent.services.upload import task_upload
 
 HEADER = ["ticket_id", "customer_email", "customer_name", "subject", "body", "priority"]
 

@@ -1,3 +1,5 @@
+"""The ticketagent Django app; on start it connects the ledger's signals to the event log."""
+
 from django.apps import AppConfig
 
 
@@ -6,4 +8,4 @@ class TicketagentConfig(AppConfig):
     verbose_name = "Ticket agents"
 
     def ready(self):
-        from ticketagent import receivers  # noqa: F401  (connects ledger signals)
+        from ticketagent.eventlog import receivers  # noqa: F401  (connects the ledger's signals)

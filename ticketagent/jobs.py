@@ -1,19 +1,23 @@
-"""RQ jobs: thin wrappers that take ids and call a service.
+"""The queue: RQ transport for items (job ids, enqueueing); the database stays the truth.
 
 Job ids are deterministic (`item-<pk>-a<attempt>`) and enqueued with
 unique=True, so enqueueing the same attempt twice queues one job. A job
 that runs twice anyway is harmless: the item's lease admits one worker and
-its checkpoint and the ledger skip what was done.
+its checkpoint and the ledger skip what was done. The job itself is
+`ticketagent.pipeline.run.process_item`, named here by its path: the
+transport does not import the worker's code.
 """
 
 import logging
 
 import django_rq
 from django.conf import settings
-from django.db import close_old_connections
 from rq.exceptions import DuplicateJobError
 
 log = logging.getLogger(__name__)
+
+
+JOB_FUNCTION = "ticketagent.pipeline.run.process_item"
 
 
 def job_id(item_id: int, attempt: int) -> str:
@@ -37,7 +41,7 @@ def enqueue_items(refs: list[tuple[int, int]]) -> int:
     try:
         for item_id, attempt in refs:
             try:
-                queue.enqueue(process_item, item_id, attempt, job_id=job_id(item_id, attempt), unique=True,
+                queue.enqueue(JOB_FUNCTION, item_id, attempt, job_id=job_id(item_id, attempt), unique=True,
                               result_ttl=3600, failure_ttl=24 * 3600,
                               description=f"item {item_id} attempt {attempt}")
                 new += 1
@@ -46,16 +50,3 @@ def enqueue_items(refs: list[tuple[int, int]]) -> int:
     except Exception as exc:  # noqa: BLE001 - redis down: the sweep re-enqueues
         log.warning("could not enqueue %d item(s), the recovery sweep will retry: %s", len(refs) - new, exc)
     return new
-
-
-def process_item(item_id: int, attempt: int) -> str:
-    from ticketagent.services import item_process
-
-    # A worker that runs jobs in its own process keeps its database
-    # connection between jobs: drop it first if it broke or grew too old
-    # (a database restart), and after a job that left it unusable.
-    close_old_connections()
-    try:
-        return item_process(item_id=item_id, attempt=attempt)
-    finally:
-        close_old_connections()

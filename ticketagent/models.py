@@ -129,10 +129,6 @@ class Item(models.Model):
         return f"item {self.pk} ({self.ticket_id})"
 
     @property
-    def job_id(self) -> str:
-        return f"item-{self.pk}-a{self.attempt}"
-
-    @property
     def ref(self) -> str:
         """The opaque owner reference the ledger stores."""
         return str(self.pk)
@@ -169,12 +165,13 @@ class EventType(models.TextChoices):
     PLANNED = "PLANNED"
     ITEM_STARTED = "ITEM_STARTED"
     STEP_DONE = "STEP_DONE"
-    STEP_FAILED = "STEP_FAILED"
     TOOL_CALL = "TOOL_CALL"
     ITEM_DONE = "ITEM_DONE"
     ITEM_FAILED = "ITEM_FAILED"
     ITEM_WAITING = "ITEM_WAITING"
     ITEM_REQUEUED = "ITEM_REQUEUED"
+    ITEM_STOPPED = "ITEM_STOPPED"  # handed back (queued) because its task was paused or suspended
+    ITEM_SKIPPED = "ITEM_SKIPPED"  # will not run: its task was cancelled
     RECOVERED = "RECOVERED"
     EFFECT_INTENT = "EFFECT_INTENT"
     EFFECT_RETRY = "EFFECT_RETRY"

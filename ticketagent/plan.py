@@ -33,6 +33,12 @@ STEP_NAMES = tuple(s.name for s in STEPS)
 MODEL_STEPS = tuple(s.name for s in STEPS if s.kind == "model")
 
 
+def step_name(cursor: int | None) -> str:
+    """The step an item's checkpoint points at (the next one to run)."""
+    cursor = cursor or 0
+    return STEPS[cursor].name if cursor < len(STEPS) else "finished"
+
+
 def effect_action(step: str, *, notify_channel: str) -> str:
     """The ledger action an effect step performs."""
     if step == "notify_customer" and notify_channel == "email":

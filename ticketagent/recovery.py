@@ -17,7 +17,7 @@ import logging
 import time
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from rq.job import Job
 from rq.utils import utcparse
@@ -26,36 +26,31 @@ from ledger.channels import CHANNELS
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile
 from ticketagent import jobs
-from ticketagent.events import event_append
-from ticketagent.models import ACTIVE_TASK_STATUSES, EventType, Item, ItemStatus, Task
+from ticketagent.eventlog.append import events_append
+from ticketagent.health import health_numbers_refresh
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
+from ticketagent.pipeline.lease import item_take_over
+from ticketagent.services.items import item_continue, items_requeue
+from ticketagent.services.tasks import task_locked, task_maybe_finish
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 50
 RECONCILE_EVERY_SECONDS = 15
 ENDED_JOB_STATUSES = {"finished", "failed", "stopped", "canceled"}
 
 
 def recover_expired_leases(now) -> int:
-    from ticketagent.services import _task_locked, item_take_over
-
     count = 0
     expired = Item.objects.filter(status=ItemStatus.RUNNING, lease_expires_at__lt=now).values_list(
         "pk", "task_id")
     for item_id, task_id in list(expired):
         with transaction.atomic():
-            task = _task_locked(task_id)
+            task = task_locked(task_id)
             item = Item.objects.select_for_update().get(pk=item_id)
             if item.status != ItemStatus.RUNNING or not item.lease_expires_at or item.lease_expires_at >= now:
                 continue
             item_take_over(item, actor="recovery", why="lease expired")
-            item.status = ItemStatus.QUEUED
-            item.attempt += 1
-            item.enqueued_at = timezone.now()
-            item.save()
-            if task.status in ACTIVE_TASK_STATUSES:
-                ref = [(item.pk, item.attempt)]
-                transaction.on_commit(lambda ref=ref: jobs.enqueue_items(ref))
+            items_requeue(task, [item], actor="recovery", why="its lease expired")
             count += 1
     return count
 
@@ -78,8 +73,6 @@ def reconcile_unknowns(now) -> int:
 
 def continue_waiting_items() -> int:
     """Safety net: items waiting for review whose effects are all resolved."""
-    from ticketagent.services import item_continue
-
     open_items = set(Effect.objects.filter(state__in=(EffectState.UNKNOWN, EffectState.INTENT))
                      .values_list("owner_item", flat=True))
     waiting = [pk for pk in Item.objects.filter(status=ItemStatus.WAITING_REVIEW).values_list("pk", flat=True)
@@ -114,22 +107,36 @@ def requeue_lost_jobs(now) -> int:
         elif status == "queued" and enqueued_at < now - stuck_after * 5 and conn.lpos(
                 queue.key, jobs.job_id(pk, attempt)) is None:
             next_attempt.append((pk, attempt, task_id))  # popped by a worker that died at once
-    refs = []
+    return _enqueue_again(same_attempt) + _requeue_next_attempt(next_attempt)
+
+
+def _enqueue_again(lost: list[tuple[int, int, int]]) -> int:
+    """Jobs missing from Redis: the same attempt, enqueued again (no status changes)."""
+    if not lost:
+        return 0
+    refs = [(pk, attempt) for pk, attempt, _ in lost]
     with transaction.atomic():
-        for pk, attempt, task_id in same_attempt:
-            event_append(task_id=task_id, item_id=pk, type=EventType.ITEM_REQUEUED, actor="recovery",
-                         payload={"attempt": attempt, "why": "its job was missing from Redis"})
-            refs.append((pk, attempt))
-        for pk, attempt, task_id in next_attempt:
-            n = Item.objects.filter(pk=pk, status=ItemStatus.QUEUED, attempt=attempt).update(
-                attempt=attempt + 1, enqueued_at=timezone.now())
-            if n:
-                event_append(task_id=task_id, item_id=pk, type=EventType.ITEM_REQUEUED, actor="recovery",
-                             payload={"attempt": attempt + 1, "why": "its job can no longer take the item"})
-                refs.append((pk, attempt + 1))
-        Item.objects.filter(pk__in=[pk for pk, _, _ in same_attempt]).update(enqueued_at=timezone.now())
+        events_append([Event(task_id=task_id, item_id=pk, type=EventType.ITEM_REQUEUED, actor="recovery",
+                             payload={"attempt": attempt, "why": "its job was missing from Redis"})
+                       for pk, attempt, task_id in lost])
+        Item.objects.filter(pk__in=[pk for pk, _, _ in lost]).update(enqueued_at=timezone.now())
         transaction.on_commit(lambda: jobs.enqueue_items(refs))
     return len(refs)
+
+
+def _requeue_next_attempt(stuck: list[tuple[int, int, int]]) -> int:
+    """Jobs that can no longer take their item: the item's next attempt, task by task."""
+    by_task: dict[int, dict[int, int]] = {}
+    for pk, attempt, task_id in stuck:
+        by_task.setdefault(task_id, {})[pk] = attempt
+    n = 0
+    for task_id, attempts in by_task.items():
+        with transaction.atomic():
+            task = task_locked(task_id)
+            items = [item for item in Item.objects.select_for_update().filter(pk__in=attempts, status=ItemStatus.QUEUED)
+                     if item.attempt == attempts[item.pk]]  # unchanged since we looked
+            n += len(items_requeue(task, items, actor="recovery", why="its job can no longer take the item"))
+    return n
 
 
 def _rq_time(raw):
@@ -138,16 +145,14 @@ def _rq_time(raw):
 
 
 def finish_idle_tasks() -> int:
-    from ticketagent.services import _task_locked, _task_maybe_finish
-
     busy = Item.objects.filter(status__in=(ItemStatus.QUEUED, ItemStatus.RUNNING)).values("task_id")
     idle = Task.objects.filter(status__in=ACTIVE_TASK_STATUSES).exclude(pk__in=busy).values_list("pk", flat=True)
     n = 0
     for task_id in list(idle):
         with transaction.atomic():
-            task = _task_locked(task_id)
+            task = task_locked(task_id)
             before = task.status
-            _task_maybe_finish(task)
+            task_maybe_finish(task)
             n += task.status != before
     return n
 
@@ -169,8 +174,6 @@ def recover_once() -> dict:
 def recover_loop(*, interval: float | None = None, stop=None) -> None:
     """Sweep every `interval` seconds; also count the dashboard's numbers every
     HEALTH_CACHE_SECONDS, so that viewers read them from the cache."""
-    from ticketagent.selectors import health_numbers_refresh
-
     interval = interval or settings.RECOVER_INTERVAL_SECONDS
     next_count = 0.0
     while stop is None or not stop():
@@ -183,7 +186,5 @@ def recover_loop(*, interval: float | None = None, stop=None) -> None:
                 health_numbers_refresh()
         except Exception:  # noqa: BLE001 - the sweep must outlive a bad pass (e.g. DB restart)
             log.exception("recovery pass failed")
-            from django.db import connection
-
             connection.close()
         time.sleep(interval)

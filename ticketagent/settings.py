@@ -55,14 +55,14 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # before anything reads the body (CSRF reads request.POST): 413 for an oversized request
-    "ticketagent.middleware.RequestSizeLimitMiddleware",
-    "ticketagent.middleware.ContentSecurityPolicyMiddleware",
+    "ticketagent.web.middleware.RequestSizeLimitMiddleware",
+    "ticketagent.web.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # after CSRF (a forged POST spends nobody's budget) and auth (limits are per user)
-    "ticketagent.middleware.RateLimitMiddleware",
+    "ticketagent.web.middleware.RateLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -81,7 +81,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "ticketagent.context_processors.product",
+                "ticketagent.web.context_processors.product",
             ],
         },
     },
@@ -188,11 +188,11 @@ CONTENT_SECURITY_POLICY = envstr(
 )
 CONTENT_SECURITY_POLICY_EXEMPT = ["/admin/"]  # Django admin and the RQ dashboard: staff only, inline scripts
 # A request body larger than this is refused with 413 before it is read
-# (files included: ticketagent.middleware.RequestSizeLimitMiddleware).
+# (files included: ticketagent.web.middleware.RequestSizeLimitMiddleware).
 REQUEST_MAX_BYTES = envint("REQUEST_MAX_BYTES", 12 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
 FILE_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
-# Per-user budgets (ticketagent/ratelimit.py): over them, 429 with Retry-After.
+# Per-user budgets (ticketagent/web/ratelimit.py): over them, 429 with Retry-After.
 RATE_LIMIT_UPLOADS_PER_MINUTE = envint("RATE_LIMIT_UPLOADS_PER_MINUTE", 10, minimum=1)
 RATE_LIMIT_ACTIONS_PER_MINUTE = envint("RATE_LIMIT_ACTIONS_PER_MINUTE", 120, minimum=1)
 RATE_LIMIT_LOGINS_PER_MINUTE = envint("RATE_LIMIT_LOGINS_PER_MINUTE", 10, minimum=1)
@@ -200,8 +200,8 @@ RATE_LIMIT_LOGINS_PER_MINUTE = envint("RATE_LIMIT_LOGINS_PER_MINUTE", 10, minimu
 # error pages wherever they turn up (passwords inside the URLs too).
 SECRET_SETTINGS = ("SECRET_KEY", "OPENAI_API_KEY", "HELPDESK_TOKEN", "EMAIL_HOST_PASSWORD", "METRICS_TOKEN",
                    "DATABASE_URL", "REDIS_URL", "HELPDESK_URL", "OPENAI_BASE_URL")
-DEFAULT_EXCEPTION_REPORTER = "ticketagent.middleware.RedactingExceptionReporter"
-DEFAULT_EXCEPTION_REPORTER_FILTER = "ticketagent.middleware.RedactingExceptionReporterFilter"
+DEFAULT_EXCEPTION_REPORTER = "ticketagent.web.middleware.RedactingExceptionReporter"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "ticketagent.web.middleware.RedactingExceptionReporterFilter"
 
 # --- the product ----------------------------------------------------------------
 UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
@@ -249,7 +249,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     # every handler carries the redaction filter (a test checks): secrets never reach a log
-    "filters": {"redact_secrets": {"()": "ticketagent.middleware.RedactSecretsFilter"}},
+    "filters": {"redact_secrets": {"()": "ticketagent.web.middleware.RedactSecretsFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},

@@ -1,26 +1,28 @@
+"""URL routes: the pages (ticketagent.web), /metrics, login, and the admin."""
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from ticketagent import metrics, views
+from ticketagent.web import ledger, metrics, review, tasks, upload
 
 urlpatterns = [
-    path("", views.task_list, name="tasks"),
-    path("upload/", views.upload, name="upload"),
-    path("tasks/<int:pk>/", views.task_detail, name="task-detail"),
-    path("tasks/<int:pk>/progress/", views.task_progress, name="task-progress"),
-    path("tasks/<int:pk>/events.jsonl", views.task_events_jsonl, name="task-events"),
-    path("tasks/<int:pk>/dry-run/", views.task_dry_run_view, name="task-dry-run"),
-    path("tasks/<int:pk>/resume/", views.task_resume_view, name="task-resume"),
-    path("tasks/<int:pk>/pause/", views.task_pause_view, name="task-pause"),
-    path("tasks/<int:pk>/cancel/", views.task_cancel_view, name="task-cancel"),
-    path("tasks/<int:pk>/clone/", views.task_clone_view, name="task-clone"),
-    path("items/<int:pk>/", views.item_checkpoint, name="item-detail"),
-    path("items/<int:pk>/approval/", views.item_approval_view, name="item-approval"),
-    path("review/", views.review_queue, name="review"),
-    path("effects/<int:pk>/reconcile/", views.effect_reconcile_view, name="effect-reconcile"),
-    path("effects/<int:pk>/review/", views.effect_review_view, name="effect-review"),
-    path("ledger/actions/", views.effect_classes, name="effect-classes"),
+    path("", tasks.task_list, name="tasks"),
+    path("upload/", upload.upload, name="upload"),
+    path("tasks/<int:pk>/", tasks.task_detail, name="task-detail"),
+    path("tasks/<int:pk>/progress/", tasks.task_progress, name="task-progress"),
+    path("tasks/<int:pk>/events.jsonl", tasks.task_events_jsonl, name="task-events"),
+    path("tasks/<int:pk>/dry-run/", tasks.task_dry_run_view, name="task-dry-run"),
+    path("tasks/<int:pk>/resume/", tasks.task_resume_view, name="task-resume"),
+    path("tasks/<int:pk>/pause/", tasks.task_pause_view, name="task-pause"),
+    path("tasks/<int:pk>/cancel/", tasks.task_cancel_view, name="task-cancel"),
+    path("tasks/<int:pk>/clone/", tasks.task_clone_view, name="task-clone"),
+    path("items/<int:pk>/", ledger.item_checkpoint, name="item-detail"),
+    path("items/<int:pk>/approval/", review.item_approval_view, name="item-approval"),
+    path("review/", review.review_queue, name="review"),
+    path("effects/<int:pk>/reconcile/", review.effect_reconcile_view, name="effect-reconcile"),
+    path("effects/<int:pk>/review/", review.effect_review_view, name="effect-review"),
+    path("ledger/actions/", ledger.effect_classes, name="effect-classes"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

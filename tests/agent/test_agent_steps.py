@@ -12,10 +12,11 @@ from django.utils import timezone
 
 from ledger.faults import SimulatedCrash
 from ledger.models import Effect, EffectState
-from ticketagent.llm import OpenAIModel
+from ticketagent.llm.openai_client import OpenAIModel
 from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, TaskStatus
+from ticketagent.pipeline.run import item_process
 from ticketagent.recovery import recover_once
-from ticketagent.services import item_process, task_resume
+from ticketagent.services.resume import task_resume
 
 from ..factories import make_task
 

@@ -5,7 +5,8 @@ import pytest
 from ledger.faults import SimulatedCrash, arm
 from ledger.models import Effect
 from ticketagent.models import Event, EventType, Item, ItemStatus
-from ticketagent.services import item_process, task_resume
+from ticketagent.pipeline.run import item_process
+from ticketagent.services.resume import task_resume
 
 from ..factories import make_task
 

@@ -13,8 +13,11 @@ import urllib.request
 
 import pytest
 
-from ticketagent.llm import ModelError, OfflineModel, OpenAIModel, Tools, get_model_client, model_label
-from ticketagent.schemas import ALLOWED_ACTIONS, Decision, Reply, Triage
+from ticketagent.llm.base import ModelError, Tools
+from ticketagent.llm.clients import get_model_client, model_label
+from ticketagent.llm.offline import OfflineModel
+from ticketagent.llm.openai_client import OpenAIModel
+from ticketagent.llm.schemas import ALLOWED_ACTIONS, Decision, Reply, Triage
 
 TICKET = {"ticket_id": "T-1", "customer_email": "cust1@example.com", "customer_name": "Customer 1",
           "subject": "Refund for my last invoice", "body": "I was charged twice, please refund.",

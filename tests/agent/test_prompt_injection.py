@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from ledger.models import Effect, EffectState
+from ticketagent.llm.schemas import ALLOWED_ACTIONS
 from ticketagent.models import Item, ItemStatus
+from ticketagent.pipeline.run import item_process
 from ticketagent.plan import STEP_NAMES
-from ticketagent.schemas import ALLOWED_ACTIONS
-from ticketagent.services import item_process, task_upload
+from ticketagent.services.upload import task_upload
 from ticketagent.upload import parse_batch
 
 from ..fakes.openai_server import ATTACKER

@@ -6,8 +6,8 @@ import pytest
 from django.db.models import Count
 
 from ledger.models import Effect, EffectState
+from ticketagent.eventlog.replay import task_replay_diff
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.replay import task_replay_diff
 
 from ..conftest import wait_for
 from ..factories import make_task
@@ -63,7 +63,7 @@ def test_an_orphaned_work_horse_keeps_its_lease_and_nothing_runs_twice(workers, 
     workers.start_recovery()
     from ticketagent import jobs
 
-    jobs.get_queue().enqueue(jobs.process_item, item.pk, item.attempt, job_id=f"item-{item.pk}-rerun")
+    jobs.get_queue().enqueue(jobs.JOB_FUNCTION, item.pk, item.attempt, job_id=f"item-{item.pk}-rerun")
     wait_for(lambda: Item.objects.get(pk=item.pk).status == ItemStatus.DONE, timeout=30, message="the item")
     assert Event.objects.filter(item=item, type=EventType.ITEM_STARTED).count() == 1
     ledger_matches_sandbox(task, sandbox)

@@ -4,9 +4,10 @@ import pytest
 from django.db.models import Count
 
 from ledger.models import Effect, EffectState
+from ticketagent.eventlog.replay import task_replay_diff
 from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, TaskStatus
-from ticketagent.replay import task_replay_diff
-from ticketagent.services import ServiceError, task_clone_unfinished, task_dry_run, task_resume
+from ticketagent.services import ServiceError
+from ticketagent.services.resume import task_clone_unfinished, task_dry_run, task_resume
 
 from ..factories import make_task, suspended_task
 
@@ -18,10 +19,10 @@ def test_a_suspended_task_resumes_and_the_dry_run_matches_what_ran(workers, sand
     sandbox.clear_faults()
     plan = task_dry_run(task_id=task.pk)
     assert plan.totals == {"recompute": 4, "retry": 2, "needs_confirmation": 0, "continue": 0, "done": 0}
-    recompute = {e.item_id for e in plan.items if e.action == "recompute"}
-    retry = {e.item_id for e in plan.items if e.action == "retry"}
-    assert all(e.steps == ["triage", "draft", "decide"] for e in plan.items if e.action == "recompute")
-    assert all(e.steps == ["save_draft"] for e in plan.items if e.action == "retry")
+    recompute = {e.item_id for e in plan.items if e.category == "recompute"}
+    retry = {e.item_id for e in plan.items if e.category == "retry"}
+    assert all(e.steps == ["triage", "draft", "decide"] for e in plan.items if e.category == "recompute")
+    assert all(e.steps == ["save_draft"] for e in plan.items if e.category == "retry")
 
     task_resume(task_id=task.pk, actor="alice")
     assert workers.burst() == 0, workers.logs()

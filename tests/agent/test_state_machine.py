@@ -12,12 +12,15 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from ledger import faults
 from ledger.models import Effect, EffectState
-from ledger.services import effect_review, effect_reconcile
-from ticketagent.llm import ModelError, OfflineModel
+from ledger.services import effect_reconcile, effect_review
+from ticketagent.eventlog.replay import task_replay_diff
+from ticketagent.llm.base import ModelError
+from ticketagent.llm.offline import OfflineModel
 from ticketagent.models import Item, ItemStatus, Task, TaskStatus
+from ticketagent.pipeline.run import item_process
 from ticketagent.recovery import recover_once
-from ticketagent.replay import task_replay_diff
-from ticketagent.services import ServiceError, item_process, task_resume
+from ticketagent.services import ServiceError
+from ticketagent.services.resume import task_resume
 
 from ..factories import make_task
 

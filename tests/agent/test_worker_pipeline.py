@@ -34,7 +34,7 @@ def test_an_item_enqueued_twice_is_processed_once(workers, sandbox):
     item = task.items.get()
     assert jobs.enqueue_items([(item.pk, item.attempt)]) == 0, "the same attempt is one job (unique id)"
     # even a second job for the item (a stale or duplicated job) does no work twice
-    jobs.get_queue().enqueue(jobs.process_item, item.pk, item.attempt, job_id=f"item-{item.pk}-dup")
+    jobs.get_queue().enqueue(jobs.JOB_FUNCTION, item.pk, item.attempt, job_id=f"item-{item.pk}-dup")
     assert workers.burst() == 0, workers.logs()
     item.refresh_from_db()
     assert item.status == ItemStatus.DONE
@@ -44,7 +44,7 @@ def test_an_item_enqueued_twice_is_processed_once(workers, sandbox):
 
 
 def test_close_waits_for_approval_unless_the_task_allows_it(workers, sandbox):
-    from ticketagent.services import item_approve
+    from ticketagent.services.items import item_approve
 
     thanks = dict(subject="Thanks", body="Great support, thank you! You can close this ticket.")
     waiting = make_task(2, **thanks)

@@ -11,7 +11,7 @@ from django.db import connection
 
 from ticketagent.bench.model_server import answer_for
 from ticketagent.bench.runner import BEGIN, END, TINY, Results, Row, write_doc
-from ticketagent.schemas import Decision, Reply, Triage
+from ticketagent.llm.schemas import Decision, Reply, Triage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from ticketagent.models import Event, EventType, TaskStatus
-from ticketagent.services import task_upload
+from ticketagent.services.upload import task_upload
 
 from ..factories import csv_batch
 from .conftest import assert_no_alerts, assert_same_page, login, mark_page
@@ -32,7 +32,7 @@ def test_a_suspended_task_is_resumed_through_the_dry_run(page, live_server, work
     # three failed items in a row suspend the task; the page learns it by polling
     expect(page.locator("#task-status")).to_have_text("suspended", timeout=30_000)
     expect(page.locator("#status-reason")).to_contain_text("3 consecutive failures: model server error")
-    resume = page.locator("#actions #resume")
+    resume = page.locator("#controls #resume")
     expect(resume).to_be_visible()  # the actions came along with the status change
     assert openai_server.by_behaviour["503"] >= 3
 
@@ -41,14 +41,14 @@ def test_a_suspended_task_is_resumed_through_the_dry_run(page, live_server, work
     resume.click()
     dry_run = page.locator("#dry-run")
     expect(dry_run).to_contain_text("Dry-run: what resuming will do")
-    expect(dry_run.locator("[data-action=recompute]")).to_have_text("recompute 5")
+    expect(dry_run.locator("[data-category=recompute]")).to_have_text("recompute 5")
     confirm = page.locator("#confirm-resume")
     expect(confirm).to_have_text("Confirm resume (5 items)")
     task.refresh_from_db()
     assert task.status == TaskStatus.SUSPENDED and task.resume_count == 0, "the dry-run changed nothing"
 
     confirm.click()
-    expect(page.locator("#actions")).to_contain_text("Resumed: 5 items enqueued.")
+    expect(page.locator("#controls")).to_contain_text("Resumed: 5 items enqueued.")
     expect(page.locator("#percent")).to_have_text("100%", timeout=30_000)
     expect(page.locator("#task-status")).to_have_text("completed")
     assert_same_page(page)
@@ -75,21 +75,21 @@ def test_pause_and_cancel_update_the_page_in_place_and_errors_show_inline(page, 
     mark_page(page)
 
     page.locator("#pause").click()
-    expect(page.locator("#actions")).to_contain_text("Paused")
+    expect(page.locator("#controls")).to_contain_text("Paused")
     expect(page.locator("#task-status")).to_have_text("paused")  # the progress came along out of band
     expect(page.locator("#resume")).to_be_visible()
 
     page.locator("#cancel").click()  # hx-confirm: the page fixture accepts the dialog
     expect(page.locator("#task-status")).to_have_text("cancelled")
-    expect(page.locator("#actions")).to_contain_text("Cancelled")
-    expect(page.locator("#actions button")).to_have_count(0)
+    expect(page.locator("#controls")).to_contain_text("Cancelled")
+    expect(page.locator("#controls button")).to_have_count(0)
     assert page.locator("#progress").get_attribute("hx-get") is None, "a final task is not polled"
     assert [d[0] for d in page.dialogs] == ["confirm"]
 
     # an action that no longer applies answers 409; its error is shown in place
-    page.evaluate("(url) => htmx.ajax('POST', url, {target: '#actions', swap: 'outerHTML'})",
+    page.evaluate("(url) => htmx.ajax('POST', url, {target: '#controls', swap: 'outerHTML'})",
                   f"/tasks/{task.pk}/pause/")
-    expect(page.locator("#actions [role=alert]")).to_contain_text("only a queued or running task can be paused")
+    expect(page.locator("#controls [role=alert]")).to_contain_text("only a queued or running task can be paused")
     assert_same_page(page)
     task.refresh_from_db()
     assert task.status == TaskStatus.CANCELLED

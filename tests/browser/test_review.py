@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 
 from ledger.models import Effect, EffectState
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.services import task_upload
+from ticketagent.services.upload import task_upload
 
 from ..conftest import wait_for
 from ..factories import csv_batch

@@ -76,7 +76,7 @@ def test_a_viewer_sees_no_buttons_and_a_forged_post_gets_403(page, live_server, 
 
     # through htmx the refusal is shown in the page, which stays
     mark_page(page)
-    page.evaluate("(url) => htmx.ajax('POST', url, {target: '#actions', swap: 'outerHTML'})",
+    page.evaluate("(url) => htmx.ajax('POST', url, {target: '#controls', swap: 'outerHTML'})",
                   f"/tasks/{task.pk}/cancel/")
     expect(page.locator("#flash")).to_contain_text("Not allowed (403)")
     assert_same_page(page)

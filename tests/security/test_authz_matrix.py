@@ -56,7 +56,7 @@ EXPECT: dict[str, dict] = {
     "items/<int:pk>/approval/": _action(409),                    # no decision given
     "review/": _PAGE,
     "effects/<int:pk>/reconcile/": _action(302),
-    "effects/<int:pk>/decide/": _action(409),                    # no decision given
+    "effects/<int:pk>/review/": _action(409),                    # no verdict given
     "ledger/actions/": _PAGE,
     "metrics": {"anonymous": (401, 405), "viewer+": (200, 405)},  # 401: login or METRICS_TOKEN
     "accounts/login/": {"anonymous": (200, 200), "viewer+": (200, 200)},  # POST without credentials: the form again

@@ -12,8 +12,8 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger.models import Effect, EffectState
-from ticketagent import ratelimit
 from ticketagent.models import Event, Item, ItemStatus, Task, TaskStatus
+from ticketagent.web import ratelimit
 
 from ..factories import csv_batch, make_task
 
@@ -102,9 +102,9 @@ def test_a_forged_post_is_refused_before_it_spends_the_budget(alice, settings):
 
 def test_the_window_and_retry_after():
     window_start = 1_000_000 * 60.0
-    verdicts = [ratelimit.hit("upload", "user-window-test", now=window_start + 10) for _ in range(11)]
-    assert [v.allowed for v in verdicts] == [True] * 10 + [False]
-    assert verdicts[-1].retry_after == 50 and verdicts[-1].count == 11
+    allowances = [ratelimit.hit("upload", "user-window-test", now=window_start + 10) for _ in range(11)]
+    assert [v.allowed for v in allowances] == [True] * 10 + [False]
+    assert allowances[-1].retry_after == 50 and allowances[-1].count == 11
     assert ratelimit.hit("upload", "user-window-test", now=window_start + 60).allowed  # the next minute: fresh
 
 
@@ -114,7 +114,7 @@ def test_without_the_cache_the_limits_fail_open_and_say_so(client, alice, settin
     settings.RATE_LIMIT_UPLOADS_PER_MINUTE = 1
     ratelimit._last_cache_warning = 0.0
     client.force_login(alice)
-    with caplog.at_level(logging.WARNING, logger="ticketagent.ratelimit"):
+    with caplog.at_level(logging.WARNING, logger="ticketagent.web.ratelimit"):
         assert upload(client).status_code == 302
         assert upload(client).status_code == 302
     assert "rate limits are not enforced: the cache is unavailable" in caplog.text
@@ -165,15 +165,18 @@ def no_model(monkeypatch, settings):
 
     import openai
 
-    from ticketagent import llm, services
+    from ticketagent.llm import clients
+    from ticketagent.llm.offline import OfflineModel
+    from ticketagent.llm.openai_client import OpenAIModel
+    from ticketagent.pipeline import run
 
-    monkeypatch.setattr(llm, "get_model_client", forbidden)
-    monkeypatch.setattr(services, "get_model_client", forbidden)
-    monkeypatch.setattr(llm.OpenAIModel, "__init__", forbidden)
+    monkeypatch.setattr(clients, "get_model_client", forbidden)
+    monkeypatch.setattr(run, "get_model_client", forbidden)
+    monkeypatch.setattr(OpenAIModel, "__init__", forbidden)
     monkeypatch.setattr(openai.OpenAI, "__init__", forbidden)
     for method in ("triage", "draft", "decide"):
-        monkeypatch.setattr(llm.OfflineModel, method, forbidden)
-        monkeypatch.setattr(llm.OpenAIModel, method, forbidden)
+        monkeypatch.setattr(OfflineModel, method, forbidden)
+        monkeypatch.setattr(OpenAIModel, method, forbidden)
     return calls
 
 
@@ -211,7 +214,7 @@ def test_model_calls_never_happen_in_a_web_request(client, alice, no_model, unkn
     assert no_model == [], f"{len(no_model)} model call(s) from the web"
 
     # the canary: the same patch does stop a worker's model call, so "never called" above means something
-    from ticketagent.services import item_process
+    from ticketagent.pipeline.run import item_process
 
     fresh = make_task(1).items.get()
     with pytest.raises(ModelCalledInWebRequest):

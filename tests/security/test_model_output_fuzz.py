@@ -25,9 +25,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from ledger.actions import ACTIONS
-from ticketagent.llm import ModelError, OpenAIModel
+from ticketagent.llm.base import ModelError
+from ticketagent.llm.openai_client import OpenAIModel
+from ticketagent.llm.schemas import ALLOWED_ACTIONS, Decision, Reply, Triage
 from ticketagent.plan import STEPS, effect_action, effect_payload
-from ticketagent.schemas import ALLOWED_ACTIONS, Decision, Reply, Triage
 
 ATTACKER = "attacker@evil.example"
 OTHER_TICKETS = ["T-OTHER-999", "*", "../T-1", "T-1/../../admin"]

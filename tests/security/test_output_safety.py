@@ -23,9 +23,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from ledger.models import Effect, EffectState
-from ticketagent.events import event_append
+from ticketagent.eventlog.append import event_append
 from ticketagent.models import EventType, ItemStatus, Task
-from ticketagent.services import item_process
+from ticketagent.pipeline.run import item_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -26,9 +26,9 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger.models import BlockedDuplicate, Effect, EffectState, EffectTransition
-from ticketagent.middleware import RedactSecretsFilter
 from ticketagent.models import Blob, Checkpoint, Event, Item, ItemStatus, Task
-from ticketagent.services import item_process
+from ticketagent.pipeline.run import item_process
+from ticketagent.web.middleware import RedactSecretsFilter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -238,7 +238,7 @@ def test_error_pages_and_error_logs_leak_no_secret(client, alice, settings, s, m
         raise RuntimeError(f"boom: key={s.openai} headers={helpdesk_headers} smtp={s.smtp} "
                            f"db=postgres://app:{s.db}@db.internal/ticketagent")
 
-    monkeypatch.setattr("ticketagent.views.selectors.review_queue", explode)
+    monkeypatch.setattr("ticketagent.web.review.selectors.review_queue", explode)
     client.force_login(alice)
     client.raise_request_exception = False
     response = client.get(reverse("review"))

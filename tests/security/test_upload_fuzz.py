@@ -521,4 +521,4 @@ def test_the_real_command_line_prints_the_same_errors_as_the_page(client, alice,
 def _env() -> dict:
     import os
 
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "ticketagent.settings_test"}
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}

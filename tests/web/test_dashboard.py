@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from ledger.models import Effect, EffectState
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.services import task_resume
+from ticketagent.services.resume import task_resume
 
 from ..factories import make_task
 from .conftest import HTMX
@@ -162,7 +162,7 @@ class TestActionsWithHtmx:
 
         response = client.post(reverse("task-resume", args=[task.pk]), headers=HTMX)
         body = response.content.decode()
-        assert response.status_code == 200 and body.lstrip().startswith('<div id="actions"')
+        assert response.status_code == 200 and body.lstrip().startswith('<div id="controls"')
         assert "Resumed: 3 items enqueued" in body and 'id="pause"' in body
         # the progress comes along out of band: the new status, and what the next poll compares with
         assert '<div id="progress" data-status="running" hx-swap-oob="true"' in body and "shown=running" in body
@@ -187,7 +187,7 @@ class TestActionsWithHtmx:
         response = client.post(reverse("task-pause", args=[task.pk]), headers=HTMX)
         assert response.status_code == 409
         body = response.content.decode()
-        assert body.lstrip().startswith('<div id="actions"')
+        assert body.lstrip().startswith('<div id="controls"')
         assert 'role="alert"' in body and "only a queued or running task can be paused" in body
         page = client.post(reverse("task-pause", args=[task.pk]))
         assert page.status_code == 409 and b"only a queued or running task can be paused" in page.content
@@ -200,7 +200,7 @@ class TestActionsWithHtmx:
         assert "hx-swap-oob" not in same
         Task.objects.filter(pk=task.pk).update(status=TaskStatus.SUSPENDED, status_reason="3 consecutive failures")
         moved = client.get(url, {"shown": "queued"}, headers=HTMX).content.decode()
-        assert '<div id="actions" class="actions" hx-swap-oob="true">' in moved and 'id="resume"' in moved
+        assert '<div id="controls" class="controls" hx-swap-oob="true">' in moved and 'id="resume"' in moved
         assert "shown=suspended" in moved
 
     def test_the_review_decision_needs_a_reason_and_says_so_inline(self, client, alice, unknown_effect):

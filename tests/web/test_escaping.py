@@ -12,11 +12,11 @@ from html.parser import HTMLParser
 import pytest
 from django.urls import reverse
 
-from ticketagent.events import event_append
+from ticketagent.eventlog.append import event_append
+from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, EventType, Item, Task, TaskStatus
 from ticketagent.plan import PLAN_VERSION
-from ticketagent.schemas import SCHEMA_VERSION
-from ticketagent.services import task_upload
+from ticketagent.services.upload import task_upload
 
 from .conftest import HTMX
 

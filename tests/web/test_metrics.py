@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ledger.gate import effect_run
 from ledger.models import BlockedDuplicate, Effect, EffectState
 from ticketagent.models import Event, EventType, Item, ItemStatus, TaskStatus
-from ticketagent.services import task_cancel, task_resume
+from ticketagent.services.resume import task_resume
+from ticketagent.services.tasks import task_cancel
 
 from ..factories import make_task
 from .conftest import notify_payload
@@ -121,7 +122,7 @@ def test_the_counts_are_shared_for_health_cache_seconds(client, bob, rows, setti
     interval for every viewer and scraper, and the page says when."""
     from django.core.cache import cache
 
-    from ticketagent.selectors import HEALTH_CACHE_KEY
+    from ticketagent.health import HEALTH_CACHE_KEY
 
     settings.HEALTH_CACHE_SECONDS = 30
     cache.delete(HEALTH_CACHE_KEY)
@@ -136,7 +137,7 @@ def test_the_counts_are_shared_for_health_cache_seconds(client, bob, rows, setti
 
 
 def test_without_redis_the_counts_are_counted_for_each_request(client, bob, rows, settings, monkeypatch):
-    from ticketagent import selectors
+    from ticketagent import health
 
     class Down:
         def get(self, *args, **kwargs):
@@ -145,7 +146,7 @@ def test_without_redis_the_counts_are_counted_for_each_request(client, bob, rows
         set = get
 
     settings.HEALTH_CACHE_SECONDS = 30
-    monkeypatch.setattr(selectors, "cache", Down())
+    monkeypatch.setattr(health, "cache", Down())
     client.force_login(bob)
     assert scrape(client)["ticketagent_unknown_effects"] == 1
     assert client.get(reverse("tasks")).status_code == 200
@@ -154,8 +155,8 @@ def test_without_redis_the_counts_are_counted_for_each_request(client, bob, rows
 def test_the_recovery_sweep_counts_so_that_viewers_do_not(client, bob, rows, settings):
     from django.core.cache import cache
 
+    from ticketagent.health import HEALTH_CACHE_KEY
     from ticketagent.recovery import recover_loop
-    from ticketagent.selectors import HEALTH_CACHE_KEY
 
     settings.HEALTH_CACHE_SECONDS = 30
     cache.delete(HEALTH_CACHE_KEY)

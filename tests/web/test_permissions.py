@@ -186,7 +186,7 @@ def test_viewers_are_not_offered_the_upload_form(client, bob):
 
 
 def test_anonymous_is_not_a_user():
-    from ticketagent.views import is_operator
+    from ticketagent.web.access import is_operator
 
     assert not is_operator(AnonymousUser())
 

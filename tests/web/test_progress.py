@@ -55,8 +55,8 @@ def test_a_completed_task_keeps_its_counts_and_the_dashboard_reads_them(client, 
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from ticketagent.selectors import task_progress, tasks_for_dashboard
-    from ticketagent.services import item_process
+    from ticketagent.pipeline.run import item_process
+    from ticketagent.web.selectors import task_progress, tasks_for_dashboard
 
     task = make_task(2)
     for item in task.items.all():

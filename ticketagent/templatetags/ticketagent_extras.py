@@ -1,6 +1,8 @@
+"""Template filters for the pages: look-ups in dicts, step names, words from identifiers."""
+
 from django import template
 
-from ticketagent.selectors import step_name as _step_name
+from ticketagent.plan import step_name as _step_name
 
 register = template.Library()
 

@@ -3,9 +3,9 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ticketagent.export import unescape
+from ticketagent.eventlog.export import unescape
+from ticketagent.eventlog.replay import diff, replay, tables_state, task_events
 from ticketagent.models import Task
-from ticketagent.replay import diff, replay, tables_state, task_events
 
 
 class Command(BaseCommand):

@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from ticketagent.models import Task
-from ticketagent.services import ServiceError, task_dry_run, task_resume
+from ticketagent.services import ServiceError
+from ticketagent.services.resume import task_dry_run, task_resume
 
 
 class Command(BaseCommand):
@@ -17,10 +18,10 @@ class Command(BaseCommand):
             raise CommandError(f"task {task} does not exist")
         plan = task_dry_run(task_id=task)
         for entry in plan.items:
-            if entry.action == "done":
+            if entry.category == "done":
                 continue
             steps = ", ".join(entry.steps) or "-"
-            self.stdout.write(f"{entry.ticket_id:<20} {entry.status:<17} {entry.action:<19} {steps}  {entry.note}")
+            self.stdout.write(f"{entry.ticket_id:<20} {entry.status:<17} {entry.category:<19} {steps}  {entry.note}")
         self.stdout.write("totals: " + ", ".join(f"{k} {v}" for k, v in plan.totals.items()))
         if plan.blocked_reason:
             self.stdout.write(f"cannot resume: {plan.blocked_reason}")

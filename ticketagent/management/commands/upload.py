@@ -4,7 +4,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from ticketagent.models import NotifyChannel
-from ticketagent.services import UploadRejected, task_upload
+from ticketagent.services.upload import UploadRejected, task_upload
 
 
 class Command(BaseCommand):

@@ -3,6 +3,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connections
 
+import ticketagent.pipeline.run  # noqa: F401 - the job's code, loaded once before any fork
 from ticketagent.recovery import recover_once
 
 

@@ -39,7 +39,7 @@ _last_cache_warning = 0.0
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Allowance:
     allowed: bool
     count: int
     limit: int
@@ -87,7 +87,7 @@ def _cache_failed(exc: Exception) -> None:
         log.warning("rate limits are not enforced: the cache is unavailable (%s: %s)", type(exc).__name__, exc)
 
 
-def hit(scope: str, identity: str, *, now: float | None = None) -> Verdict:
+def hit(scope: str, identity: str, *, now: float | None = None) -> Allowance:
     """Count one request against the budget; `allowed` is False once it is spent."""
     limit = limits()[scope]
     index, retry_after = _window(time.time() if now is None else now)
@@ -102,11 +102,11 @@ def hit(scope: str, identity: str, *, now: float | None = None) -> Verdict:
             count = 1
     except Exception as exc:  # noqa: BLE001 - fail open, loudly
         _cache_failed(exc)
-        return Verdict(True, 0, limit, retry_after)
-    return Verdict(count <= limit, count, limit, retry_after)
+        return Allowance(True, 0, limit, retry_after)
+    return Allowance(count <= limit, count, limit, retry_after)
 
 
-def peek(scope: str, identity: str, *, now: float | None = None) -> Verdict:
+def peek(scope: str, identity: str, *, now: float | None = None) -> Allowance:
     """The budget's state without counting (used for failed logins: only failures count)."""
     limit = limits()[scope]
     index, retry_after = _window(time.time() if now is None else now)
@@ -114,8 +114,8 @@ def peek(scope: str, identity: str, *, now: float | None = None) -> Verdict:
         count = int(_cache().get(_key(scope, identity, index)) or 0)
     except Exception as exc:  # noqa: BLE001 - fail open, loudly
         _cache_failed(exc)
-        return Verdict(True, 0, limit, retry_after)
-    return Verdict(count < limit, count, limit, retry_after)
+        return Allowance(True, 0, limit, retry_after)
+    return Allowance(count < limit, count, limit, retry_after)
 
 
 def reset(scope: str, identity: str, *, now: float | None = None) -> None:
@@ -135,5 +135,5 @@ MESSAGES = {
 }
 
 
-def message(scope: str, verdict: Verdict) -> str:
-    return MESSAGES[scope].format(limit=verdict.limit, retry_after=verdict.retry_after)
+def message(scope: str, allowance: Allowance) -> str:
+    return MESSAGES[scope].format(limit=allowance.limit, retry_after=allowance.retry_after)

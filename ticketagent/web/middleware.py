@@ -14,7 +14,7 @@ from django.http import HttpResponse
 from django.utils.html import escape
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
-from ticketagent import ratelimit
+from ticketagent.web import ratelimit
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
@@ -89,7 +89,7 @@ def _scope(request) -> str | None:
 
 class RateLimitMiddleware:
     """Per-user budgets for uploads and actions, and for failed logins per
-    user name (ticketagent.ratelimit). Over budget: 429 with Retry-After and
+    user name (ticketagent.web.ratelimit). Over budget: 429 with Retry-After and
     a message saying what to do. Sits after CsrfViewMiddleware, so a forged
     request is refused (403) before it spends anyone's budget."""
 
@@ -115,20 +115,20 @@ class RateLimitMiddleware:
             if not username:
                 return None
             identity = ratelimit.login_identity(username)
-            verdict = ratelimit.peek("login", identity)
-            if not verdict.allowed:
-                return self.refuse(request, "login", verdict)
+            allowance = ratelimit.peek("login", identity)
+            if not allowance.allowed:
+                return self.refuse(request, "login", allowance)
             request._ratelimit_login_identity = identity
             return None
-        verdict = ratelimit.hit(scope, ratelimit.user_identity(request.user))
-        if not verdict.allowed:
-            return self.refuse(request, scope, verdict)
+        allowance = ratelimit.hit(scope, ratelimit.user_identity(request.user))
+        if not allowance.allowed:
+            return self.refuse(request, scope, allowance)
         return None
 
     @staticmethod
-    def refuse(request, scope, verdict):
-        response = _plain_answer(request, 429, ratelimit.message(scope, verdict), "Too many requests")
-        response["Retry-After"] = str(verdict.retry_after)
+    def refuse(request, scope, allowance):
+        response = _plain_answer(request, 429, ratelimit.message(scope, allowance), "Too many requests")
+        response["Retry-After"] = str(allowance.retry_after)
         return response
 
 

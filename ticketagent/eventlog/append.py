@@ -13,7 +13,7 @@ def event_append(*, task_id: int, type: str, payload: dict | None = None, item_i
 
 def events_append(events: list[Event]) -> None:
     """Several events in one INSERT (ids, and so the log's order, follow the list)."""
-    Event.objects.bulk_create(events)
+    Event.objects.bulk_create(events, batch_size=2000)
 
 
 def blob_ref(content) -> str:

@@ -14,8 +14,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ledger.models import EffectState
+from ticketagent.health import health_numbers
 from ticketagent.models import ItemStatus, TaskStatus
-from ticketagent.selectors import health_numbers
 
 
 def _by_state(name: str, documentation: str, label: str, counts: dict, states) -> GaugeMetricFamily:

@@ -1,4 +1,4 @@
-"""The structured outputs the model must produce (validated with pydantic).
+"""The structured outputs a model must produce (validated with pydantic).
 
 The action allow-list lives here: nothing a ticket says can add to it.
 """

@@ -6,7 +6,8 @@ from django.dispatch import receiver
 
 from ledger.models import Effect
 from ledger.signals import effect_changed
-from ticketagent.events import effect_snapshot, event_append
+from ticketagent.eventlog.append import effect_snapshot, event_append
+from ticketagent.services.items import item_continue
 
 CONTINUE_ON = {"EFFECT_RECONCILED", "REVIEWED"}
 
@@ -23,6 +24,4 @@ def on_effect_changed(sender, effect, event, actor, note, from_state, **kwargs):
         payload["note"] = note[:500]
     event_append(task_id=task_id, item_id=item_id, type=event, payload=payload, actor=actor)
     if event in CONTINUE_ON:
-        from ticketagent.services import item_continue
-
         transaction.on_commit(lambda: item_continue(item_id=item_id, actor=actor))

@@ -1,0 +1,54 @@
+"""The model boundary's shared parts: the error every model failure becomes, and the tools a model may call."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ticketagent.llm.schemas import Reply
+
+
+class ModelError(Exception):
+    KINDS = {
+        "rate_limit": "model rate limit",
+        "timeout": "model timeout",
+        "connection": "model connection error",
+        "server": "model server error",
+        "bad_request": "model rejected the request",
+        "auth": "model authentication failed",
+        "schema": "model output did not match the schema",
+        "step_limit": "step limit",
+    }
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    @property
+    def label(self) -> str:
+        return self.KINDS.get(self.kind, self.kind)
+
+
+@dataclass
+class Tools:
+    """Read-only tools the model may call while drafting (effect class: recompute)."""
+
+    customer_tickets: Callable[[], list[dict]]
+    knowledge_base: Callable[[str], list[dict]]
+    calls: list[dict] = field(default_factory=list)
+
+    def run(self, name: str, arguments: dict) -> object:
+        if name == "customer_tickets":
+            result = self.customer_tickets()
+        elif name == "knowledge_base":
+            result = self.knowledge_base(str(arguments.get("query", ""))[:200])
+        else:
+            result = {"error": f"unknown tool {name!r}"}
+        self.calls.append({"tool": name, "arguments": arguments})
+        return result
+
+
+def one_line_subject(reply: Reply) -> Reply:
+    """A reply subject becomes an email header: no line breaks, whatever the model wrote
+    (a "\nBcc: ..." in a subject is header injection, and Django refuses to send it)."""
+    subject = " ".join(reply.subject.split()) or "Re: your request"
+    return reply if subject == reply.subject else reply.model_copy(update={"subject": subject})

@@ -1,0 +1,190 @@
+"""The phases of an item: each one transaction that ends in a recovery point (checkpoint and event).
+
+Phases that change the task too (an item done, failed or waiting) lock the
+task row first, then the item (one lock order everywhere); a step's phase
+locks only the item and reads the task's status, so a pause or cancel that
+commits meanwhile is seen at the next step. An effect step's recovery point
+is written in the gate's phase 2, with the effect's outcome.
+"""
+
+from django.db import transaction
+from django.utils import timezone
+
+from ticketagent.eventlog.append import blobs_put, event_append, events_append
+from ticketagent.llm.base import ModelError
+from ticketagent.llm.schemas import SCHEMA_VERSION
+from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.pipeline.lease import (
+    ItemRun,
+    LeaseLost,
+    hold,
+    item_take_over,
+    lease_deadline,
+    lock_held,
+    release,
+    task_of_item,
+    worker_name,
+)
+from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS
+from ticketagent.services.tasks import task_locked, task_maybe_finish
+
+
+def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
+    now = timezone.now()
+    with transaction.atomic():
+        task_id = task_of_item(item_id, fresh=True)  # looked up at each lease; the phases reuse it
+        if task_id is None:
+            return "item does not exist", None, None
+        task = task_locked(task_id)
+        # the item (locked) and its checkpoint (read) in one statement
+        item = Item.objects.select_for_update(of=("self",)).select_related("checkpoint").order_by().get(pk=item_id)
+        item.task = task
+        if task.status not in ACTIVE_TASK_STATUSES:
+            return f"task is {task.status}", None, None
+        if item.attempt != attempt:
+            return f"stale job: the item is on attempt {item.attempt}", None, None
+        if item.status == ItemStatus.RUNNING:
+            if item.lease_expires_at and item.lease_expires_at > now:
+                return f"item is held by {item.lease_owner}", None, None
+            item_take_over(item, actor=worker_name(), why="lease expired")
+        elif item.status != ItemStatus.QUEUED:
+            return f"item is {item.status}", None, None
+        checkpoint = getattr(item, "checkpoint", None)
+        if checkpoint is None:
+            # Only the lease holder creates an item's checkpoint, under the
+            # item lock: no race, so no get_or_create (and its savepoint).
+            checkpoint = Checkpoint.objects.create(
+                item=item, task=task, plan_version=PLAN_VERSION, schema_version=SCHEMA_VERSION,
+                input_hash=item.input_hash())
+        if checkpoint.schema_version != SCHEMA_VERSION or checkpoint.plan_version not in SUPPORTED_PLAN_VERSIONS:
+            reason = (f"item {item.ticket_id}: checkpoint has plan v{checkpoint.plan_version} / schema "
+                      f"v{checkpoint.schema_version}; this code runs plan v{PLAN_VERSION} / schema v{SCHEMA_VERSION}")
+            task.status = TaskStatus.NEEDS_MIGRATION
+            task.status_reason = reason
+            task.save()
+            event_append(task_id=task.pk, item_id=item.pk, type=EventType.NEEDS_MIGRATION, payload={"reason": reason})
+            return "needs migration", None, None
+        item.lease_token = token
+        item.lease_owner = worker_name()
+        item.lease_expires_at = lease_deadline()
+        item.status = ItemStatus.RUNNING
+        if checkpoint.input_hash != item.input_hash():
+            item_fail_locked(task, item, kind="input_changed",
+                              message="the ticket changed since its checkpoint was written; not continued")
+            return "input changed", None, None
+        item.save(update_fields=["lease_token", "lease_owner", "lease_expires_at", "status", "updated_at"])
+        if task.status == TaskStatus.QUEUED:
+            task.status = TaskStatus.RUNNING
+            task.started_at = now
+            task.save()
+            event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status})
+        event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_STARTED, actor=item.lease_owner,
+                     payload={"attempt": item.attempt, "cursor": checkpoint.cursor,
+                              "plan_version": checkpoint.plan_version,
+                              "schema_version": checkpoint.schema_version, "input_hash": checkpoint.input_hash})
+        return "", item, checkpoint
+
+
+def item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> None:
+    release(item, ItemStatus.FAILED)
+    item.failure_kind = kind
+    item.last_error = message[:4000]
+    item.save()
+    event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_FAILED,
+                 payload={"kind": kind, "reason": message[:1000]})
+    task.consecutive_failures += 1
+    task.save(update_fields=["consecutive_failures", "updated_at"])
+    if task.consecutive_failures >= task.failure_threshold and task.status in ACTIVE_TASK_STATUSES:
+        label = ModelError.KINDS.get(kind, kind.replace("_", " "))
+        task.status = TaskStatus.SUSPENDED
+        task.status_reason = f"{task.consecutive_failures} consecutive failures: {label}"
+        task.save()
+        event_append(task_id=task.pk, type=EventType.SUSPENDED, payload={
+            "reason": task.status_reason, "last_success_item": task.last_success_item_id,
+        })
+    else:
+        task_maybe_finish(task)
+
+
+def phase_fail(run: ItemRun, *, kind, message):
+    with transaction.atomic():
+        task, item = lock_held(run.item.pk, run.token)
+        item_fail_locked(task, item, kind=kind, message=message)
+
+
+def phase_wait(run: ItemRun, *, status, reason, event_type):
+    with transaction.atomic():
+        task, item = lock_held(run.item.pk, run.token)
+        release(item, status)
+        item.last_error = reason[:4000]
+        item.save()
+        event_append(task_id=task.pk, item_id=item.pk, type=event_type, payload={"status": status, "reason": reason})
+        task_maybe_finish(task)
+
+
+def phase_done(run: ItemRun, pending=()):
+    with transaction.atomic():
+        task, item = lock_held(run.item.pk, run.token)
+        if pending:
+            record_steps(run, pending)
+        release(item, ItemStatus.DONE)
+        item.last_error = ""
+        item.save()
+        event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_DONE)
+        task.consecutive_failures = 0
+        task.last_success_item = item
+        task.save(update_fields=["consecutive_failures", "last_success_item", "updated_at"])
+        task_maybe_finish(task)
+
+
+def record_steps(run: ItemRun, steps, tool_calls=()) -> tuple[int, dict]:
+    """Inside a phase holding the item: persist step outputs and advance the
+    cursor, one event each. Returns the new (cursor, outputs)."""
+    task_id, item_id = run.item.task_id, run.item.pk
+    outputs, cursor = dict(run.outputs), run.cursor
+    refs = blobs_put([output for _, output in steps])
+    events = []
+    for n, ((step, output), ref) in enumerate(zip(steps, refs, strict=True), 1):
+        outputs[step] = output
+        cursor += 1
+        for call in tool_calls if n == len(steps) else ():  # the tool calls belong to the last step
+            events.append(Event(task_id=task_id, item_id=item_id, type=EventType.TOOL_CALL,
+                                payload={"step": step, **call}))
+        events.append(Event(task_id=task_id, item_id=item_id, type=EventType.STEP_DONE,
+                            payload={"step": step, "cursor": cursor, "output_ref": ref}))
+    events_append(events)
+    # No read first: the checkpoint is ours, and the cursor we know is the
+    # condition (anything else moved it: stop).
+    moved = Checkpoint.objects.filter(item_id=item_id, cursor=run.cursor).update(
+        cursor=cursor, step_outputs=outputs, updated_at=timezone.now())
+    if moved != 1:
+        raise LeaseLost(f"item {item_id}: its checkpoint is not at cursor {run.cursor}")
+    return cursor, outputs
+
+
+def stop_if_task_stopped(run: ItemRun) -> bool:
+    """Inside a phase holding the item: if its task was paused, suspended or
+    cancelled, hand the item back (queued for a resume, or skipped)."""
+    if run.task_status in ACTIVE_TASK_STATUSES:
+        return False
+    cancelled = run.task_status == TaskStatus.CANCELLED
+    status = ItemStatus.SKIPPED if cancelled else ItemStatus.QUEUED
+    now = timezone.now()
+    Item.objects.filter(pk=run.item.pk).update(
+        status=status, lease_token="", lease_owner="", lease_expires_at=None, updated_at=now,
+        **({"last_error": "task cancelled", "finished_at": now} if cancelled else {}))
+    event_append(task_id=run.item.task_id, item_id=run.item.pk,
+                 type=EventType.ITEM_SKIPPED if cancelled else EventType.ITEM_STOPPED,
+                 payload={"status": status, "reason": f"task {run.task_status}"})
+    return True
+
+
+def phase_step_done(run: ItemRun, steps, tool_calls=()) -> bool:
+    """Persist steps' outputs and advance the cursor. False when the task
+    stopped (paused, suspended, cancelled) and the item was handed back."""
+    with transaction.atomic():
+        hold(run)
+        cursor, outputs = record_steps(run, steps, tool_calls)
+        stopped = stop_if_task_stopped(run)
+    run.cursor, run.outputs = cursor, outputs
+    return not stopped

@@ -1,0 +1,85 @@
+"""Operator actions on items: hand an item back to the queue, continue it after review, approve or reject a close."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.models import Effect, EffectState
+from ticketagent import jobs
+from ticketagent.eventlog.append import event_append, events_append
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.services import ServiceError
+from ticketagent.services.tasks import task_locked
+
+
+def item_continue(*, item_id: int, actor: str = "system") -> bool:
+    """After a review or reconcile: an item waiting for review continues by
+    itself once none of its effects is unknown."""
+    with transaction.atomic():
+        item = Item.objects.filter(pk=item_id).only("task_id").first()
+        if item is None:
+            return False
+        task = task_locked(item.task_id)
+        item = Item.objects.select_for_update().get(pk=item_id)
+        if item.status != ItemStatus.WAITING_REVIEW:
+            return False
+        if Effect.objects.filter(owner_item=item.ref, state__in=(EffectState.UNKNOWN, EffectState.INTENT)).exists():
+            return False
+        items_requeue(task, [item], actor=actor, why="its unknown effects were resolved")
+    return True
+
+
+def item_approve(*, item_id: int, approved: bool, reason: str, actor: str) -> Item:
+    """An operator's recorded approval (or rejection) of an item's close; the item continues either way."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ServiceError("a reason is required to approve or reject")
+    with transaction.atomic():
+        item = Item.objects.only("task_id").get(pk=item_id)
+        task = task_locked(item.task_id)
+        item = Item.objects.select_for_update().get(pk=item_id)
+        if item.status != ItemStatus.WAITING_APPROVAL:
+            raise ServiceError(f"this item is {item.get_status_display()}, not waiting for approval")
+        item.approval = "approved" if approved else "rejected"
+        item.approval_by = actor
+        item.approval_reason = reason[:2000]
+        item.save(update_fields=["approval", "approval_by", "approval_reason", "updated_at"])
+        event_append(task_id=task.pk, item_id=item.pk, actor=actor,
+                     type=EventType.APPROVED if approved else EventType.REJECTED,
+                     payload={"step": "close_ticket", "reason": reason[:500]})
+        items_requeue(task, [item], actor=actor, why=f"close_ticket {item.approval}")
+    return item
+
+
+def items_requeue(task: Task, items: list[Item], *, actor: str, why: str) -> list[tuple[int, int]]:
+    """The one way an item goes back to the queue: its next attempt.
+
+    Inside a transaction holding the task and the items' locks: each item
+    becomes `queued` with attempt + 1 (the job id changes with it, so an old
+    job of the item finds itself stale), an ITEM_REQUEUED event each; a task
+    waiting for review runs again; the jobs are enqueued after commit if the
+    task is active. Returns the (item id, attempt) pairs.
+    """
+    now = timezone.now()
+    for item in items:
+        item.status = ItemStatus.QUEUED
+        item.attempt += 1
+        item.enqueued_at = now
+        item.last_error = ""
+        item.failure_kind = ""
+        item.lease_token = item.lease_owner = ""
+        item.lease_expires_at = None
+        item.updated_at = now
+    Item.objects.bulk_update(items, ["status", "attempt", "enqueued_at", "last_error", "failure_kind", "lease_token",
+                                     "lease_owner", "lease_expires_at", "updated_at"])
+    events_append([Event(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_REQUEUED, actor=actor,
+                         payload={"attempt": item.attempt, "why": why}) for item in items])
+    if task.status == TaskStatus.NEEDS_REVIEW:
+        task.status = TaskStatus.RUNNING
+        task.finished_at = None
+        task.status_reason = ""
+        task.save()
+        event_append(task_id=task.pk, type=EventType.TASK_STATUS, actor=actor, payload={"status": task.status})
+    refs = [(item.pk, item.attempt) for item in items]
+    if task.status in ACTIVE_TASK_STATUSES and refs:
+        transaction.on_commit(lambda: jobs.enqueue_items(refs))
+    return refs

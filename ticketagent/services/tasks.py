@@ -1,0 +1,109 @@
+"""A task's life: created from rows, paused, cancelled, closed when no item can move.
+
+Lock order, everywhere: the task row, then the item row, then its effects.
+"""
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from ticketagent import jobs
+from ticketagent.eventlog.append import event_append, events_append
+from ticketagent.llm.clients import model_label
+from ticketagent.llm.schemas import SCHEMA_VERSION
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.plan import PLAN_VERSION, STEPS
+from ticketagent.services import ServiceError
+
+
+def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_close: bool = False,
+                notify_channel: str = "helpdesk", failure_threshold: int | None = None,
+                source_task: Task | None = None, origins: dict | None = None) -> Task:
+    """Create a task and its items in one transaction; enqueue after commit."""
+    if not rows:
+        raise ServiceError("a task needs at least one ticket")
+    now = timezone.now()
+    with transaction.atomic():
+        task = Task.objects.create(
+            name=name[:200] or filename[:200] or "batch", source_filename=filename[:255], created_by=user,
+            allow_auto_close=allow_auto_close, notify_channel=notify_channel, model_label=model_label(),
+            failure_threshold=failure_threshold or settings.SUSPEND_AFTER_FAILURES, source_task=source_task,
+        )
+        items = Item.objects.bulk_create([
+            Item(task=task, row=r.row, ticket_id=r.ticket_id, customer_email=r.customer_email,
+                 customer_name=r.customer_name, subject=r.subject, body=r.body, priority=r.priority,
+                 language=r.language, metadata=r.metadata, enqueued_at=now,
+                 origin_id=(origins or {}).get(r.ticket_id))
+            for r in rows
+        ], batch_size=500)
+        actor = user.get_username() if user else "system"
+        event_append(task_id=task.pk, type=EventType.TASK_CREATED, actor=actor, payload={
+            "items": len(items), "filename": filename, "allow_auto_close": allow_auto_close,
+            "notify_channel": notify_channel, "failure_threshold": task.failure_threshold,
+            "model": task.model_label, "source_task": source_task.pk if source_task else None,
+        })
+        event_append(task_id=task.pk, type=EventType.PLANNED, actor=actor, payload={
+            "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION, "steps": [s.name for s in STEPS],
+        })
+        refs = [(item.pk, item.attempt) for item in items]
+        transaction.on_commit(lambda: jobs.enqueue_items(refs))
+    return task
+
+
+def task_locked(task_id: int) -> Task:
+    return Task.objects.select_for_update().get(pk=task_id)
+
+
+def task_maybe_finish(task: Task) -> None:
+    """Inside a transaction holding the task lock: close the task when no item
+    can move without a person."""
+    if task.status not in ACTIVE_TASK_STATUSES:
+        return
+    # Runs at the end of every item: while items are still queued or running
+    # (nearly always), stop at the first one instead of counting the task.
+    if task.items.filter(status__in=(ItemStatus.QUEUED, ItemStatus.RUNNING)).exists():
+        return
+    counts = dict(task.items.values_list("status").annotate(n=Count("*")).values_list("status", "n"))
+    if counts.get(ItemStatus.QUEUED) or counts.get(ItemStatus.RUNNING):
+        return
+    total = sum(counts.values())
+    finished = counts.get(ItemStatus.DONE, 0) + counts.get(ItemStatus.SKIPPED, 0)
+    task.status = TaskStatus.COMPLETED if finished == total else TaskStatus.NEEDS_REVIEW
+    task.final_counts = counts if task.status == TaskStatus.COMPLETED else None
+    task.finished_at = timezone.now()
+    task.status_reason = "" if task.status == TaskStatus.COMPLETED else (
+        f"{total - finished} item(s) wait for a person or failed")
+    task.save()
+    event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status, "counts": counts})
+
+
+def task_pause(*, task_id: int, actor: str) -> Task:
+    with transaction.atomic():
+        task = task_locked(task_id)
+        if task.status not in ACTIVE_TASK_STATUSES:
+            raise ServiceError(f"only a queued or running task can be paused; this one is {task.get_status_display()}")
+        task.status = TaskStatus.PAUSED
+        task.status_reason = f"paused by {actor}"
+        task.save()
+        event_append(task_id=task.pk, type=EventType.PAUSED, actor=actor)
+    return task
+
+
+def task_cancel(*, task_id: int, actor: str) -> Task:
+    with transaction.atomic():
+        task = task_locked(task_id)
+        if task.is_final:
+            raise ServiceError(f"this task is already {task.get_status_display()}")
+        task.status = TaskStatus.CANCELLED
+        task.status_reason = f"cancelled by {actor}"
+        task.finished_at = timezone.now()
+        task.save()
+        # Under the task's lock no worker can lease one of these meanwhile.
+        skipped = list(task.items.filter(status=ItemStatus.QUEUED).values_list("pk", flat=True))
+        task.items.filter(status=ItemStatus.QUEUED).update(
+            status=ItemStatus.SKIPPED, last_error="task cancelled", finished_at=timezone.now())
+        event_append(task_id=task.pk, type=EventType.CANCELLED, actor=actor, payload={"skipped_items": len(skipped)})
+        events_append([Event(task_id=task.pk, item_id=pk, type=EventType.ITEM_SKIPPED, actor=actor,
+                             payload={"status": ItemStatus.SKIPPED, "reason": "task cancelled"}) for pk in skipped])
+    return task

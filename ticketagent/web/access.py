@@ -1,0 +1,66 @@
+"""What every view shares: login (htmx-aware), the operator check, rendering a page or its fragment."""
+
+import functools
+
+from django.contrib.auth import decorators as auth_decorators
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+
+from ticketagent.models import Task
+
+OPERATORS = "operators"
+HTMX_STOP_POLLING = 286
+
+
+def login_required(view):
+    """Django's login_required, plus: an htmx request of a logged-out user
+    (an expired session while a page polls) sends the whole page to the login
+    form instead of swapping the login form into a fragment."""
+    plain = auth_decorators.login_required(view)
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.htmx and not request.user.is_authenticated:
+            here = request.htmx.current_url_abs_path or request.get_full_path()
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = redirect_to_login(here)["Location"]
+            return response
+        return plain(request, *args, **kwargs)
+
+    return wrapper
+
+
+def is_operator(user) -> bool:
+    return user.is_authenticated and (user.is_superuser or user.groups.filter(name=OPERATORS).exists())
+
+
+def require_operator(request):
+    if not is_operator(request.user):
+        raise PermissionDenied("operators only: viewers may look but not act")
+
+
+def actor(request) -> str:
+    return request.user.get_username()
+
+
+def task_or_404(pk) -> Task:
+    return get_object_or_404(Task, pk=pk)
+
+
+def go_to_task(request, task: Task):
+    """After creating a task: its page (htmx follows HX-Redirect, a form a 302)."""
+    url = reverse("task-detail", args=[task.pk])
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
+
+
+def render_page(request, template, fragment, context, status=200):
+    name = f"{template}#{fragment}" if request.htmx and fragment else template
+    context.setdefault("can_act", is_operator(request.user))
+    return render(request, name, context, status=status)

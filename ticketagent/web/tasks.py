@@ -1,0 +1,172 @@
+"""Task pages: the list, a task's detail, progress and event export, and the operator's controls.
+
+The controls: pause, cancel, resume (after its dry-run), new task from unfinished items.
+
+Views validate, authorize, call one service, render. Every page renders in
+full without JavaScript; with htmx the same template returns just the
+fragment that changed (django-template-partials).
+"""
+
+import json
+
+from django.conf import settings
+from django.core.paginator import Paginator
+from django.http import StreamingHttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET, require_POST
+
+from ticketagent.eventlog.export import event_line
+from ticketagent.health import health_numbers
+from ticketagent.models import Event, Task
+from ticketagent.plan import STEPS
+from ticketagent.services import ServiceError
+from ticketagent.services.resume import task_clone_unfinished, task_dry_run, task_resume
+from ticketagent.services.tasks import task_cancel, task_pause
+from ticketagent.web import selectors
+from ticketagent.web.access import (
+    HTMX_STOP_POLLING,
+    actor,
+    go_to_task,
+    login_required,
+    render_page,
+    require_operator,
+    task_or_404,
+)
+
+
+@login_required
+@require_GET
+def task_list(request):
+    status_filter = request.GET.get("status", "")
+    if status_filter not in selectors.FILTERS:
+        status_filter = ""
+    context = {
+        "tasks": selectors.tasks_for_dashboard(status_filter=status_filter),
+        "status_filter": status_filter,
+        "filters": [(f, f.replace("_", " ")) for f in selectors.FILTERS],
+        "health": health_numbers(),
+        "health_cache_seconds": settings.HEALTH_CACHE_SECONDS,
+        "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
+    }
+    # The htmx poll gets the table, plus the tiles as an out-of-band swap.
+    return render_page(request, "tasks/list.html", "task-table", context)
+
+
+def _detail_context(request, task: Task, **extra) -> dict:
+    items = Paginator(task.items.select_related("checkpoint").order_by("row"), 50).get_page(request.GET.get("page"))
+    return {
+        "task": task,
+        "progress": selectors.task_progress(task),
+        "items": items,
+        "effects_by_item": selectors.items_page_effects(items),
+        "events": selectors.task_recent_events(task),
+        "step_count": len(STEPS),
+        **extra,
+    }
+
+
+@login_required
+@require_GET
+def task_detail(request, pk):
+    task = task_or_404(pk)
+    # The items table polls itself (with its page) while the task runs.
+    fragment = "items" if request.htmx and request.headers.get("HX-Target") == "items" else None
+    return render_page(request, "tasks/detail.html", fragment, _detail_context(request, task))
+
+
+@login_required
+@require_GET
+def task_progress(request, pk):
+    """The polled progress fragment. The page says which status it shows
+    (`?shown=`); when the task moved on, the actions come along out of band,
+    so a task that got suspended while the page was open offers Resume."""
+    task = task_or_404(pk)
+    context = {"task": task, "progress": selectors.task_progress(task),
+               "refresh_controls": request.htmx and request.GET.get("shown", task.status) != task.status}
+    response = render_page(request, "tasks/detail.html", "progress", context)
+    if task.is_final and request.htmx:
+        response.status_code = HTMX_STOP_POLLING
+    return response
+
+
+@login_required
+@require_GET
+def task_events_jsonl(request, pk):
+    task = task_or_404(pk)
+
+    def lines():
+        for event in Event.objects.filter(task=task).order_by("id").iterator(chunk_size=2000):
+            yield json.dumps(event_line(event), ensure_ascii=False) + "\n"
+
+    response = StreamingHttpResponse(lines(), content_type="application/x-ndjson; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="task-{task.pk}-events.jsonl"'
+    return response
+
+
+@login_required
+@require_GET
+def task_dry_run_view(request, pk):
+    """What resuming would do. With htmx: the dry-run opens in place under the
+    actions; without JavaScript: the task page with the dry-run in it."""
+    task = task_or_404(pk)
+    plan = task_dry_run(task_id=task.pk)
+    if request.htmx:
+        return render_page(request, "tasks/detail.html", "dry-run", {"task": task, "plan": plan})
+    return render_page(request, "tasks/detail.html", None, _detail_context(request, task, plan=plan))
+
+
+def _task_control(request, pk, service, done_message):
+    """A control (pause, cancel, resume): one service call. With htmx the actions
+    fragment comes back (the error inline, 409); without, the task page."""
+    require_operator(request)
+    task = task_or_404(pk)
+    error = message = ""
+    try:
+        message = done_message(service(task_id=task.pk, actor=actor(request)))
+    except ServiceError as exc:
+        error = str(exc)
+    task.refresh_from_db()
+    status = 409 if error else 200
+    if not request.htmx:
+        if not error:
+            return redirect("task-detail", pk=task.pk)
+        return render_page(request, "tasks/detail.html", None,
+                       _detail_context(request, task, control_error=error), status=status)
+    return render_page(request, "tasks/detail.html", "control-result",
+                   {"task": task, "control_error": error, "control_message": message,
+                    "progress": selectors.task_progress(task)}, status=status)
+
+
+@login_required
+@require_POST
+def task_resume_view(request, pk):
+    return _task_control(request, pk, task_resume, lambda plan: (
+        f"Resumed: {plan.will_enqueue} item{'s' if plan.will_enqueue != 1 else ''} enqueued."))
+
+
+@login_required
+@require_POST
+def task_pause_view(request, pk):
+    return _task_control(request, pk, task_pause, lambda task: "Paused: no more items start until you resume.")
+
+
+@login_required
+@require_POST
+def task_cancel_view(request, pk):
+    return _task_control(request, pk, task_cancel, lambda task: "Cancelled: queued items were skipped.")
+
+
+@login_required
+@require_POST
+def task_clone_view(request, pk):
+    require_operator(request)
+    task = task_or_404(pk)
+    try:
+        new = task_clone_unfinished(task_id=task.pk, user=request.user)
+    except ServiceError as exc:
+        if request.htmx:
+            return render_page(request, "tasks/detail.html", "controls", {"task": task, "control_error": str(exc)},
+                           status=409)
+        return render_page(request, "tasks/detail.html", None, _detail_context(request, task, control_error=str(exc)),
+                       status=409)
+    return go_to_task(request, new)
