@@ -19,7 +19,7 @@ from ticketagent.models import Item, ItemStatus
 from ticketagent.plan import STEP_NAMES
 from ticketagent.schemas import ALLOWED_ACTIONS
 from ticketagent.services import item_process, task_upload
-from ticketagent.upload import parse_batch
+from ticketagent.upload.parse import parse_batch
 
 from ..fakes.openai_server import ATTACKER
 

@@ -1,0 +1,1 @@
+"""Parse an uploaded batch of support tickets (CSV or JSON Lines)."""
