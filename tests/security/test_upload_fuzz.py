@@ -33,7 +33,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from ticketagent.models import Event, Item, Task
-from ticketagent.upload.parse import ALL_COLUMNS, FIELD_LIMITS, PRIORITIES, REQUIRED_COLUMNS, RowError, parse_batch
+from ticketagent.upload.parse import parse_batch
+from ticketagent.upload.rows import ALL_COLUMNS, FIELD_LIMITS, PRIORITIES, REQUIRED_COLUMNS, RowError
 
 from ..conftest import ROOT, database_url
 

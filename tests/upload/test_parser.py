@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ticketagent.upload.parse import (
+from ticketagent.upload.parse import parse_batch
+from ticketagent.upload.rows import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     FIELD_LIMITS,
@@ -23,7 +24,6 @@ from ticketagent.upload.parse import (
     ParseResult,
     RowError,
     TicketRow,
-    parse_batch,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
