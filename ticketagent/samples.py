@@ -2,7 +2,7 @@
 
 import random
 
-from ticketagent.upload import TicketRow
+from ticketagent.upload.rows import TicketRow
 
 SUBJECTS = [
     ("Refund for invoice {n}", "I was charged twice for invoice {n}. Please refund one payment."),

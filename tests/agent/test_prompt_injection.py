@@ -20,7 +20,7 @@ from ticketagent.models import Item, ItemStatus
 from ticketagent.pipeline.run import item_process
 from ticketagent.plan import STEP_NAMES
 from ticketagent.services.upload import task_upload
-from ticketagent.upload import parse_batch
+from ticketagent.upload.parse import parse_batch
 
 from ..fakes.openai_server import ATTACKER
 

@@ -33,7 +33,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from ticketagent.models import Event, Item, Task
-from ticketagent.upload import ALL_COLUMNS, FIELD_LIMITS, PRIORITIES, REQUIRED_COLUMNS, RowError, parse_batch
+from ticketagent.upload.parse import parse_batch
+from ticketagent.upload.rows import ALL_COLUMNS, FIELD_LIMITS, PRIORITIES, REQUIRED_COLUMNS, RowError
 
 from ..conftest import ROOT, database_url
 
@@ -143,7 +144,8 @@ class Batch:
                 out.append(self.raw_lines[i])
                 continue
             obj = {c: v for c, v in row.items() if v not in ("", {}) or c in REQUIRED_COLUMNS}
-            out.append(json.dumps(obj, ensure_ascii=i % 2 == 0))
+            # A Latin-1 file must carry its "é" as a byte, not escaped as \u00e9 (which is plain ASCII).
+            out.append(json.dumps(obj, ensure_ascii=i % 2 == 0 and not getattr(self, "latin1", False)))
         return self.newline.join(out) + self.newline
 
 

@@ -13,7 +13,7 @@ from ticketagent.plan import MODEL_STEPS, STEPS, SUPPORTED_PLAN_VERSIONS
 from ticketagent.services import ServiceError
 from ticketagent.services.items import items_requeue
 from ticketagent.services.tasks import task_create, task_locked, task_maybe_finish
-from ticketagent.upload import TicketRow
+from ticketagent.upload.rows import TicketRow
 
 
 @dataclass

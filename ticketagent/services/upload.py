@@ -4,7 +4,7 @@ from django.conf import settings
 
 from ticketagent.models import Task
 from ticketagent.services.tasks import task_create
-from ticketagent.upload import parse_batch
+from ticketagent.upload.parse import parse_batch
 
 
 class UploadRejected(Exception):
