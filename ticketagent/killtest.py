@@ -43,7 +43,7 @@ from ledger.services import effect_review, reconcile_not_before
 from ticketagent.models import Event, EventType, ItemStatus, Task, TaskStatus
 from ticketagent.processes import database_url, kill_tree
 from ticketagent.samples import ticket_rows
-from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
+from sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 from ticketagent.services import ServiceError, task_create, task_resume
 
 ROOT = Path(settings.BASE_DIR)

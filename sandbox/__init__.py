@@ -5,7 +5,7 @@ test.
 Everything in this package (``server.py``, ``client.py``, ``__main__.py``)
 uses the standard library only -- no Django imports.
 
-Run it with ``python -m ticketagent.sandbox --port 8025 --smtp-port 8026``;
+Run it with ``python -m sandbox --port 8025 --smtp-port 8026``;
 see ``docs/sandbox.md``.
 """
 

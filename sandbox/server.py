@@ -1310,7 +1310,7 @@ def serve(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ticketagent.sandbox",
+        prog="python -m sandbox",
         description="Sandbox helpdesk (HTTP JSON API) + mail server (SMTP).",
     )
     parser.add_argument("--host", default="127.0.0.1")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 __all__ = ["SandboxClient", "SandboxError", "start_sandbox", "stop_sandbox"]
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 # Never route sandbox traffic through an HTTP proxy from the environment.
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -163,7 +163,7 @@ def start_sandbox(
     timeout: float = 15.0,
     extra_args=(),
 ):
-    """Spawn ``python -m ticketagent.sandbox`` on free ports.
+    """Spawn ``python -m sandbox`` on free ports.
 
     Returns ``(proc, http_url, smtp_port)``.  Each call gets its own
     directory under ``tmp_path`` holding ``sandbox.sqlite3`` (unless ``db`` is
@@ -178,7 +178,7 @@ def start_sandbox(
     cmd = [
         sys.executable,
         "-m",
-        "ticketagent.sandbox",
+        "sandbox",
         "--host",
         host,
         "--port",
