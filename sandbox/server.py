@@ -14,7 +14,7 @@ import sys
 import threading
 
 from sandbox.api import SandboxHTTPServer
-from sandbox.smtp import SandboxSMTPServer
+from sandbox.smtp import SMTPListener
 from sandbox.state import SandboxState, log
 
 __all__ = ["SandboxServer", "serve"]
@@ -41,21 +41,21 @@ class SandboxServer:
         self.state = SandboxState(db=db, honor_keys=honor_keys, quiet=quiet)
         self._requested = (port, smtp_port)
         self.http: SandboxHTTPServer | None = None
-        self.smtp: SandboxSMTPServer | None = None
-        self._threads: list[threading.Thread] = []
+        self.smtp: SMTPListener | None = None
+        self._http_thread: threading.Thread | None = None
 
     def start(self) -> SandboxServer:
         port, smtp_port = self._requested
         self.http = SandboxHTTPServer((self.host, port), self.state)
         try:
-            self.smtp = SandboxSMTPServer((self.host, smtp_port), self.state)
+            self.smtp = SMTPListener(self.host, smtp_port, self.state).start()
         except BaseException:
             self.http.server_close()
             raise
-        for name, srv in (("sandbox-http", self.http), ("sandbox-smtp", self.smtp)):
-            t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._http_thread = threading.Thread(
+            target=self.http.serve_forever, kwargs={"poll_interval": 0.2}, name="sandbox-http", daemon=True
+        )
+        self._http_thread.start()
         return self
 
     @property
@@ -64,7 +64,7 @@ class SandboxServer:
 
     @property
     def smtp_port(self) -> int:
-        return self.smtp.server_address[1]
+        return self.smtp.port
 
     @property
     def url(self) -> str:
@@ -72,12 +72,13 @@ class SandboxServer:
         return f"http://{host}:{self.http_port}"
 
     def stop(self) -> None:
-        for srv in (self.http, self.smtp):
-            if srv is not None:
-                srv.shutdown()
-                srv.server_close()
-        for t in self._threads:
-            t.join(timeout=5)
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+        if self._http_thread is not None:
+            self._http_thread.join(timeout=5)
+        if self.smtp is not None:
+            self.smtp.stop()
         self.state.store.close()
 
 
