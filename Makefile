@@ -72,7 +72,7 @@ recover: $(STAMP)
 	$(PY) scripts/run.py manage recover --loop
 
 sandbox: $(STAMP)
-	$(PY) scripts/run.py manage sandbox
+	$(PY) -m sandbox --db var/sandbox.sqlite3
 
 bench: $(STAMP)
 	$(PY) scripts/run.py manage bench

@@ -518,7 +518,7 @@ def start_sandbox(sup: Supervisor, env: dict, var: Path) -> tuple[str, int]:
 
         child = sup.start(
             "sandbox",
-            [PY, MANAGE, "sandbox", "--port", str(http_port), "--smtp-port", str(smtp_port),
+            [PY, "-m", "sandbox", "--port", str(http_port), "--smtp-port", str(smtp_port),
              "--db", str(var / "sandbox.sqlite3")],
             env,
             on_line,

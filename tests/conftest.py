@@ -18,8 +18,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 
 from ledger import faults
+from sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 from ticketagent.processes import database_url, kill_tree
-from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_ALL = os.environ.get("TICKETAGENT_REQUIRE_ALL") == "1"

@@ -40,10 +40,10 @@ from django.utils import timezone
 from ledger.faults import WINDOWS
 from ledger.models import BlockedDuplicate, Effect, EffectState
 from ledger.services import effect_review, reconcile_not_before
+from sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 from ticketagent.models import Event, EventType, ItemStatus, Task, TaskStatus
 from ticketagent.processes import database_url, kill_tree
 from ticketagent.samples import ticket_rows
-from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 from ticketagent.services import ServiceError, task_create, task_resume
 
 ROOT = Path(settings.BASE_DIR)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
+from sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 
 # ----------------------------------------------------------------------------
 # fixtures / helpers
@@ -533,13 +533,13 @@ def test_busy_port_fails_fast(sb):
     import subprocess
     import sys
 
-    from ticketagent.sandbox.client import PROJECT_ROOT
+    from sandbox.client import PROJECT_ROOT
 
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            "ticketagent.sandbox",
+            "sandbox",
             "--port",
             str(sb.port),
             "--smtp-port",

@@ -315,7 +315,7 @@ class Processes:
         return proc, f"http://127.0.0.1:{json.loads(line)['port']}/v1"
 
     def start_sandbox(self) -> tuple[str, int]:
-        from ticketagent.sandbox.client import start_sandbox
+        from sandbox.client import start_sandbox
 
         proc, url, smtp_port = start_sandbox(self.workdir, quiet=True)
         self.sandbox = proc
@@ -340,7 +340,7 @@ class Processes:
         for proc in list(self.others):
             self.stop_other(proc)
         if self.sandbox is not None:
-            from ticketagent.sandbox.client import stop_sandbox
+            from sandbox.client import stop_sandbox
 
             stop_sandbox(self.sandbox)
             self.sandbox = None

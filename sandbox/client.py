@@ -1,4 +1,4 @@
-"""Tiny stdlib client for the sandbox helpdesk, plus a subprocess launcher.
+"""A sandbox as tests and tools drive it: a child process on free ports, spoken to over HTTP.
 
     proc, url, smtp_port = start_sandbox(tmp_path)
     sb = SandboxClient(url)
@@ -27,7 +27,7 @@ from pathlib import Path
 
 __all__ = ["SandboxClient", "SandboxError", "start_sandbox", "stop_sandbox"]
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 # Never route sandbox traffic through an HTTP proxy from the environment.
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -153,6 +153,53 @@ def _tail(path: Path, n: int = 4000) -> str:
         return ""
 
 
+def _command(host: str, db_path: Path, ignore_keys: bool, quiet: bool, extra_args) -> list[str]:
+    cmd = [sys.executable, "-m", "sandbox", "--host", host, "--port", "0", "--smtp-port", "0", "--db", str(db_path)]
+    if ignore_keys:
+        cmd.append("--ignore-keys")
+    if quiet:
+        cmd.append("--quiet")
+    cmd.extend(extra_args)
+    return cmd
+
+
+def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=str(PROJECT_ROOT),
+            env=env,
+        )
+
+
+def _read_ports(proc: subprocess.Popen, log_path: Path, timeout: float) -> tuple[int, int]:
+    """The ports from the ready line; stops the process if it has none."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
+    try:
+        first = lines.get(timeout=timeout)
+    except queue.Empty:
+        stop_sandbox(proc, timeout=2)
+        raise RuntimeError(f"sandbox did not print its ports within {timeout}s:\n{_tail(log_path)}") from None
+    if not first:
+        proc.wait(timeout=5)
+        raise RuntimeError(
+            f"sandbox exited with {proc.returncode} before printing its ports:\n{_tail(log_path)}"
+        )
+    try:
+        ports = json.loads(first)
+        return int(ports["http"]), int(ports["smtp"])
+    except (ValueError, KeyError, TypeError):
+        stop_sandbox(proc, timeout=2)
+        raise RuntimeError(f"unexpected sandbox ready line: {first!r}") from None
+
+
 def start_sandbox(
     tmp_path,
     *,
@@ -163,7 +210,7 @@ def start_sandbox(
     timeout: float = 15.0,
     extra_args=(),
 ):
-    """Spawn ``python -m ticketagent.sandbox`` on free ports.
+    """Spawn ``python -m sandbox`` on free ports.
 
     Returns ``(proc, http_url, smtp_port)``.  Each call gets its own
     directory under ``tmp_path`` holding ``sandbox.sqlite3`` (unless ``db`` is
@@ -175,62 +222,8 @@ def start_sandbox(
     workdir = Path(tempfile.mkdtemp(prefix="sandbox-", dir=str(tmp_path)))
     db_path = Path(db) if db is not None else workdir / "sandbox.sqlite3"
     log_path = workdir / "sandbox.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "ticketagent.sandbox",
-        "--host",
-        host,
-        "--port",
-        "0",
-        "--smtp-port",
-        "0",
-        "--db",
-        str(db_path),
-    ]
-    if ignore_keys:
-        cmd.append("--ignore-keys")
-    if quiet:
-        cmd.append("--quiet")
-    cmd.extend(extra_args)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
-    )
-    env["PYTHONUNBUFFERED"] = "1"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=str(PROJECT_ROOT),
-            env=env,
-        )
-
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(
-        target=lambda: lines.put(proc.stdout.readline()), daemon=True
-    ).start()
-    try:
-        first = lines.get(timeout=timeout)
-    except queue.Empty:
-        stop_sandbox(proc, timeout=2)
-        raise RuntimeError(
-            f"sandbox did not print its ports within {timeout}s:\n{_tail(log_path)}"
-        ) from None
-    if not first:
-        proc.wait(timeout=5)
-        raise RuntimeError(
-            f"sandbox exited with {proc.returncode} before printing its ports:\n{_tail(log_path)}"
-        )
-    try:
-        ports = json.loads(first)
-        http_port, smtp_port = int(ports["http"]), int(ports["smtp"])
-    except (ValueError, KeyError, TypeError):
-        stop_sandbox(proc, timeout=2)
-        raise RuntimeError(f"unexpected sandbox ready line: {first!r}") from None
-
+    proc = _spawn(_command(host, db_path, ignore_keys, quiet, extra_args), log_path)
+    http_port, smtp_port = _read_ports(proc, log_path, timeout)
     url_host = f"[{host}]" if ":" in host else host
     url = f"http://{url_host}:{http_port}"
     try:
