@@ -24,9 +24,9 @@ STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-# The interpreter that creates the venv: python3.11, else python3 (>= 3.10).
+# The interpreter that creates the venv: python3.11, else python3 (>= 3.11, as pyproject.toml requires).
 BOOTSTRAP_PYTHON ?= $(shell for p in python3.11 python3; do \
-	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
+	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
 .PHONY: help venv venv-dev run test test-sqlite lint structure worker recover sandbox bench clean
 
@@ -34,7 +34,7 @@ help:
 	@sed -n '3,/^#$$/p' Makefile | sed 's/^# \{0,1\}//'
 
 $(PY):
-	@test -n "$(BOOTSTRAP_PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.10) on PATH to create $(VENV)" >&2; exit 1; }
+	@test -n "$(BOOTSTRAP_PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.11) on PATH to create $(VENV)" >&2; exit 1; }
 	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
 
 $(STAMP): requirements.txt | $(PY)

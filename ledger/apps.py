@@ -1,3 +1,5 @@
+"""The ledger Django app."""
+
 from django.apps import AppConfig
 
 

@@ -3,6 +3,8 @@
 
 Outside ``tests/`` and migrations:
 
+* every module says its one purpose in its docstring's first line (an
+  empty ``__init__.py`` may stay empty);
 * no module over 500 lines;
 * no function (or method) over 60 lines;
 * no private name (``_name``) imported from another module, whether by
@@ -211,6 +213,8 @@ def check() -> list[Breach]:
     breaches: list[Breach] = []
     for module in modules.values():
         lines = len(module.source.splitlines())
+        if module.source.strip() and not ast.get_docstring(module.tree) and not _excepted(module.rel):
+            breaches.append(Breach(module.rel, 1, "no purpose stated", "the module has no docstring"))
         if lines > MAX_MODULE_LINES and not _excepted(module.rel):
             breaches.append(Breach(module.rel, 1, "module too long", f"{lines} lines (max {MAX_MODULE_LINES})"))
         for qual, line, length in module.functions():

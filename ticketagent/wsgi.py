@@ -1,3 +1,5 @@
+"""The WSGI entry point for a production web server."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application

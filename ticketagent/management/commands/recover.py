@@ -1,3 +1,5 @@
+"""`manage.py recover [--loop]`: the recovery sweep, once or beside the workers."""
+
 from django.core.management.base import BaseCommand
 
 from ticketagent.recovery import recover_loop, recover_once

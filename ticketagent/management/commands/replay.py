@@ -1,3 +1,5 @@
+"""`manage.py replay TASK`: rebuild a task from its event log and compare with the tables."""
+
 import json
 import sys
 

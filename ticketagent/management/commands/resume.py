@@ -1,3 +1,5 @@
+"""`manage.py resume TASK [--dry-run]`: what resuming would do, then the resume."""
+
 from django.core.management.base import BaseCommand, CommandError
 
 from ticketagent.models import Task

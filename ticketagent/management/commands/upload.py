@@ -1,3 +1,5 @@
+"""`manage.py upload FILE`: a ticket batch from a shell, with the upload page's checks."""
+
 from pathlib import Path
 
 from django.contrib.auth import get_user_model

@@ -1,3 +1,5 @@
+"""`manage.py worker`: one recovery pass, then an RQ worker for the item queue."""
+
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
