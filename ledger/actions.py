@@ -1,8 +1,9 @@
 """The effect-class table: every action an agent can take on the world.
 
-Data, not code paths: each action names its effect class, its channel and
-how it is called. `once` and `irreversible` actions get a slot; the
-dashboard renders this table so operators can see what is guarded how.
+Data, not code paths: each action names its effect class and its channel;
+each channel's adapter (`ledger.channels`) maps the action to its own API.
+`once` and `irreversible` actions get a slot; the dashboard renders this
+table so operators can see what is guarded how.
 """
 
 from dataclasses import dataclass
@@ -16,8 +17,6 @@ class ActionSpec:
     effect_class: str
     channel: str
     description: str
-    method: str = "POST"
-    path: str = ""
 
     @property
     def slotted(self) -> bool:
@@ -35,12 +34,10 @@ ACTIONS: dict[str, ActionSpec] = {
         ActionSpec(
             "save_draft", EffectClass.OVERWRITE, "helpdesk",
             "Save the drafted reply on the ticket (same content may be written again).",
-            method="PUT", path="/api/tickets/{ticket}/draft",
         ),
         ActionSpec(
             "notify_customer", EffectClass.ONCE, "helpdesk",
             "Send the reply to the customer through the helpdesk.",
-            path="/api/tickets/{ticket}/notify",
         ),
         ActionSpec(
             "notify_customer_email", EffectClass.ONCE, "email",
@@ -49,17 +46,14 @@ ACTIONS: dict[str, ActionSpec] = {
         ActionSpec(
             "set_status", EffectClass.ONCE, "helpdesk",
             "Change the ticket's status in the helpdesk.",
-            path="/api/tickets/{ticket}/status",
         ),
         ActionSpec(
             "escalate", EffectClass.ONCE, "helpdesk",
             "Hand the ticket to a human team.",
-            path="/api/tickets/{ticket}/escalate",
         ),
         ActionSpec(
             "close_ticket", EffectClass.IRREVERSIBLE, "helpdesk",
             "Close the ticket (needs 'allow automatic close' or an operator's approval).",
-            path="/api/tickets/{ticket}/close",
         ),
     )
 }

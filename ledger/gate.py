@@ -24,7 +24,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.actions import ActionSpec, action_spec
-from ledger.channels import Channel, get_channel
+from ledger.channels.base import Channel
+from ledger.channels.registry import get_channel
 from ledger.faults import crash_point
 from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Effect, EffectState, EffectTransition
 from ledger.signals import effect_changed

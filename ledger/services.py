@@ -5,7 +5,7 @@ import datetime as dt
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.channels import get_channel
+from ledger.channels.registry import get_channel
 from ledger.gate import record_transition
 from ledger.models import Effect, EffectState, ResolvedBy, Verdict
 
@@ -39,7 +39,7 @@ def effects_mark_unknown(*, owner_item: str, actor: str, note: str) -> list[Effe
 
 def reconcile_not_before(effect: Effect) -> dt.datetime:
     channel = get_channel(effect.channel)
-    wait = getattr(channel, "max_call_seconds", 10.0) + RECONCILE_MARGIN_SECONDS
+    wait = channel.max_call_seconds + RECONCILE_MARGIN_SECONDS
     return effect.intent_at + dt.timedelta(seconds=wait)
 
 
@@ -55,7 +55,7 @@ def effect_reconcile(*, effect_id: int, actor: str = "reconcile", force: bool = 
         return effect
     if not force and timezone.now() < reconcile_not_before(effect):
         return effect
-    answer = get_channel(effect.channel).lookup(effect.idempotency_key)  # no transaction open
+    answer = get_channel(effect.channel).lookup(effect.idempotency_key, effect.payload)  # no transaction open
     with transaction.atomic():
         effect = Effect.objects.select_for_update().get(pk=effect_id)
         if effect.state != EffectState.UNKNOWN:

@@ -17,6 +17,16 @@ def envstr(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
+def envchoice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not one of: {', '.join(choices)}")
+    return value
+
+
 def envbool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":

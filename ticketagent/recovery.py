@@ -22,7 +22,7 @@ from django.utils import timezone
 from rq.job import Job
 from rq.utils import utcparse
 
-from ledger.channels import CHANNELS
+from ledger.channels.registry import lookup_channel_names
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile
 from ticketagent import jobs
@@ -56,7 +56,7 @@ def recover_expired_leases(now) -> int:
 
 
 def reconcile_unknowns(now) -> int:
-    lookup_channels = [name for name, cls in CHANNELS.items() if cls.supports_lookup]
+    lookup_channels = lookup_channel_names()
     stale = now - timezone.timedelta(seconds=RECONCILE_EVERY_SECONDS)
     candidates = Effect.objects.filter(state=EffectState.UNKNOWN, channel__in=lookup_channels).exclude(
         reconciled_at__gt=stale).values_list("pk", flat=True)[:200]

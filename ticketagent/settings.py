@@ -11,7 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from ticketagent.env import envbool, envfloat, envint, envlist, envstr
+from ticketagent.env import envbool, envchoice, envfloat, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("TICKETAGENT_VAR_DIR", str(BASE_DIR / "var")))
@@ -198,8 +198,8 @@ RATE_LIMIT_ACTIONS_PER_MINUTE = envint("RATE_LIMIT_ACTIONS_PER_MINUTE", 120, min
 RATE_LIMIT_LOGINS_PER_MINUTE = envint("RATE_LIMIT_LOGINS_PER_MINUTE", 10, minimum=1)
 # Settings whose values are secrets: redacted from channel errors, logs and
 # error pages wherever they turn up (passwords inside the URLs too).
-SECRET_SETTINGS = ("SECRET_KEY", "OPENAI_API_KEY", "HELPDESK_TOKEN", "EMAIL_HOST_PASSWORD", "METRICS_TOKEN",
-                   "DATABASE_URL", "REDIS_URL", "HELPDESK_URL", "OPENAI_BASE_URL")
+SECRET_SETTINGS = ("SECRET_KEY", "OPENAI_API_KEY", "HELPDESK_TOKEN", "HELPDESK_PASSWORD", "EMAIL_HOST_PASSWORD",
+                   "METRICS_TOKEN", "DATABASE_URL", "REDIS_URL", "HELPDESK_URL", "OPENAI_BASE_URL")
 DEFAULT_EXCEPTION_REPORTER = "ticketagent.web.middleware.RedactingExceptionReporter"
 DEFAULT_EXCEPTION_REPORTER_FILTER = "ticketagent.web.middleware.RedactingExceptionReporterFilter"
 
@@ -224,10 +224,15 @@ RECOVER_INTERVAL_SECONDS = envfloat("RECOVER_INTERVAL_SECONDS", 1.0, minimum=0.1
 # A queued item whose RQ job is missing for this long is enqueued again.
 REQUEUE_GRACE_SECONDS = envfloat("REQUEUE_GRACE_SECONDS", 5.0, minimum=0.0)
 
-# Channels: the helpdesk REST API and SMTP email. Defaults point at the
-# sandbox helpdesk that `make run` starts.
+# Channels: the helpdesk and SMTP email. HELPDESK_KIND picks the helpdesk's
+# adapter: rest (the generic REST contract the sandbox speaks), rt (Request
+# Tracker 5, REST2) or zendesk (Zendesk Support API); docs/channels.md.
+# Defaults point at the sandbox helpdesk that `make run` starts.
+HELPDESK_KIND = envchoice("HELPDESK_KIND", "rest", ("rest", "rt", "zendesk"))
 HELPDESK_URL = envstr("HELPDESK_URL", "http://127.0.0.1:8025")
-HELPDESK_TOKEN = envstr("HELPDESK_TOKEN")
+HELPDESK_TOKEN = envstr("HELPDESK_TOKEN")  # rest: bearer token; zendesk: API token
+HELPDESK_USER = envstr("HELPDESK_USER")  # rt: user name; zendesk: the agent's email address
+HELPDESK_PASSWORD = envstr("HELPDESK_PASSWORD")  # rt: password
 HELPDESK_CONNECT_TIMEOUT = envfloat("HELPDESK_CONNECT_TIMEOUT", 2.0, minimum=0.1)
 HELPDESK_READ_TIMEOUT = envfloat("HELPDESK_READ_TIMEOUT", 5.0, minimum=0.1)
 EMAIL_BACKEND = envstr("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

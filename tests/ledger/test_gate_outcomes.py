@@ -116,21 +116,21 @@ def test_review_decisions_need_a_reason_and_an_unknown_effect(sandbox):
 def test_a_fenced_holder_cannot_commit(sandbox):
     """An orphaned work-horse whose lease was taken over finishes its call but
     cannot record the outcome: the row stays unknown for reconcile."""
-    from ledger import channels
+    from ledger.channels.rest import RestHelpdeskChannel
     from ledger.services import effects_mark_unknown
 
-    real_perform = channels.HelpdeskChannel.perform
+    real_perform = RestHelpdeskChannel.perform
 
     def perform_then_lose_lease(self, spec, payload, key):
         result = real_perform(self, spec, payload, key)
         effects_mark_unknown(owner_item="i1", actor="recovery", note="lease expired")
         return result
 
-    channels.HelpdeskChannel.perform = perform_then_lose_lease
+    RestHelpdeskChannel.perform = perform_then_lose_lease
     try:
         result = run_notify()
     finally:
-        channels.HelpdeskChannel.perform = real_perform
+        RestHelpdeskChannel.perform = real_perform
     assert result.blocked == "fenced"
     assert Effect.objects.get().state == EffectState.UNKNOWN
     assert effect_reconcile(effect_id=result.effect.pk, force=True).state == EffectState.COMMITTED

@@ -6,7 +6,7 @@ from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET
 
 from ledger.actions import ACTIONS
-from ledger.channels import CHANNELS
+from ledger.channels.registry import get_channel
 from ledger.models import Effect
 from ticketagent.models import Checkpoint, Event, Item
 from ticketagent.web.access import login_required, render_page
@@ -15,7 +15,8 @@ from ticketagent.web.access import login_required, render_page
 @login_required
 @require_GET
 def effect_classes(request):
-    rows = [(spec, CHANNELS[spec.channel]) for spec in ACTIONS.values()]
+    channels = {name: get_channel(name) for name in {spec.channel for spec in ACTIONS.values()}}
+    rows = [(spec, channels[spec.channel]) for spec in ACTIONS.values()]
     return render_page(request, "ledger/actions.html", None, {"rows": rows})
 
 

@@ -14,14 +14,13 @@ from django.http import HttpResponse
 from django.utils.html import escape
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
+from ledger.channels.redact import redact
 from ticketagent.web import ratelimit
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
 def _redact(text: str) -> str:
-    from ledger.channels import redact
-
     return redact(text)
 
 

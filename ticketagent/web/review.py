@@ -4,7 +4,7 @@ from django.conf import settings
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.channels import CHANNELS
+from ledger.channels.registry import lookup_channel_names
 from ledger.models import Effect
 from ledger.services import ReviewError, effect_reconcile, effect_review
 from ticketagent.models import Item
@@ -15,7 +15,7 @@ from ticketagent.web.access import actor, login_required, render_page, require_o
 
 
 def _lookup_channels() -> set[str]:
-    return {n for n, c in CHANNELS.items() if c.supports_lookup}
+    return set(lookup_channel_names())
 
 
 def _review_page(request, *, error="", status=200):

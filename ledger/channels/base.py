@@ -1,0 +1,116 @@
+"""The channel contract: how an action becomes a call, what its outcome means, and how an effect is found again.
+
+A channel is one system the agent acts on (a helpdesk, email). Every
+adapter implements the same two operations:
+
+* `perform(spec, payload, key) -> CallResult`: make the call for one action,
+  with the effect's idempotency key carried the way the system keeps it (a
+  header, a custom field, audit metadata, a marker in the content). The
+  outcome is classified strictly:
+    committed - the system said yes;
+    failed    - the answer proves nothing happened (the request never left
+                this process, or a refusal such as a 4xx validation error);
+    unknown   - anything else once the request may have left: timeouts,
+                resets, 5xx, a dropped connection.
+* `lookup(key, payload) -> LookupResult`: did the write with this key land?
+  `found=True` (with the external reference), `found=False` only when the
+  system's answer is authoritative (it was asked and answered in full), and
+  `found=None` when it cannot tell.
+
+Each channel declares its abilities (`Abilities`), shown per channel on the
+Effect classes page. Adapters hold no state between calls beyond their
+configuration, and never open a database transaction.
+"""
+
+from dataclasses import dataclass
+
+from ledger.actions import ActionSpec
+from ledger.channels.redact import redact
+from ledger.models import EffectState
+
+
+@dataclass(frozen=True)
+class CallResult:
+    state: str  # EffectState.COMMITTED / FAILED / UNKNOWN
+    external_ref: str = ""
+    error: str = ""
+    # Whether the system answered at all (a status line came back): an
+    # answered request cannot still land later; one that timed out might.
+    answered: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "error", redact(self.error))
+        object.__setattr__(self, "external_ref", redact(self.external_ref))
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    found: bool | None  # None: the channel cannot tell
+    external_ref: str = ""
+    detail: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "detail", redact(self.detail))
+        object.__setattr__(self, "external_ref", redact(self.external_ref))
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What a channel can do for exactly-once, in words an operator reads."""
+
+    key_carried: str  # how the idempotency key travels with the write ("" if it does not)
+    honours_key: bool  # the system itself refuses a second write with the same key
+    lookup: str  # how an effect is found again by its key ("" if it cannot be)
+
+    @property
+    def sends_key(self) -> bool:
+        return bool(self.key_carried)
+
+    @property
+    def supports_lookup(self) -> bool:
+        return bool(self.lookup)
+
+
+class ChannelError(Exception):
+    """A channel that cannot be used as configured (missing URL, unknown kind)."""
+
+
+class Channel:
+    """The contract every adapter implements (see the module docstring)."""
+
+    name = ""
+    label = ""
+    abilities = Abilities(key_carried="", honours_key=False, lookup="")
+
+    @property
+    def supports_lookup(self) -> bool:
+        return self.abilities.supports_lookup
+
+    @property
+    def max_call_seconds(self) -> float:
+        """The longest one `perform()` can take: reconcile waits this long past
+        an intent before it asks, so a call still in flight is not missed."""
+        return 10.0
+
+    def perform(self, spec: ActionSpec, payload: dict, key: str) -> CallResult:
+        raise NotImplementedError
+
+    def lookup(self, key: str, payload: dict) -> LookupResult:
+        return LookupResult(None, detail=f"the {self.name} channel has no look-up by key")
+
+    def check(self) -> list[str]:
+        """Verify the connection and what this product needs, writing nothing.
+        Returns the problems found (empty: ready)."""
+        return []
+
+
+def committed(ref: str = "", *, answered: bool = True) -> CallResult:
+    return CallResult(EffectState.COMMITTED, external_ref=str(ref), answered=answered)
+
+
+def failed(error: str, *, answered: bool) -> CallResult:
+    return CallResult(EffectState.FAILED, error=error, answered=answered)
+
+
+def unknown(error: str, *, answered: bool) -> CallResult:
+    return CallResult(EffectState.UNKNOWN, error=error, answered=answered)

@@ -1,0 +1,117 @@
+"""One HTTP request with the distinctions exactly-once needs: never sent, sent without an answer, answered.
+
+`HttpClient.request()` either returns the `Answer` (any status), or raises
+`NotSent` (the connection could not be opened: nothing left this process) or
+`NoAnswer` (the request may have left; no complete answer came back). The
+write's outcome then follows from which one it was (`write_outcome()`).
+"""
+
+import base64
+import http.client
+import json
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from ledger.channels.base import CallResult, committed, failed, unknown
+
+
+class NotSent(Exception):
+    """The request never left this process (connection refused, DNS failure)."""
+
+
+class NoAnswer(Exception):
+    """The request may have reached the system; no complete answer came back."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    text: str
+    headers: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def json(self, default=None):
+        try:
+            return json.loads(self.text)
+        except ValueError:
+            return default
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name.lower(), default)
+
+
+class HttpClient:
+    """A base URL, timeouts and credentials; one connection per request."""
+
+    def __init__(self, base_url: str, *, system: str, connect_timeout: float, read_timeout: float, token: str = "",
+                 user: str = "", password: str = "", max_body: int = 1024 * 1024):
+        self.base_url = base_url.rstrip("/")
+        self.system = system  # how errors name it: "the helpdesk", "Request Tracker"
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self.max_body = max_body
+        self.auth = ""
+        if user:
+            self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        elif token:
+            self.auth = f"Bearer {token}"
+
+    @property
+    def max_call_seconds(self) -> float:
+        return self.connect_timeout + self.read_timeout
+
+    def _connect(self) -> http.client.HTTPConnection:
+        parts = urlsplit(self.base_url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = cls(parts.hostname, parts.port, timeout=self.connect_timeout)
+        conn.connect()
+        conn.sock.settimeout(self.read_timeout)
+        return conn
+
+    def headers(self, extra: dict | None = None) -> dict:
+        headers = {"Accept": "application/json"}
+        if self.auth:
+            headers["Authorization"] = self.auth
+        return {**headers, **(extra or {})}
+
+    def request(self, method: str, path: str, body=None, headers: dict | None = None) -> Answer:
+        """`path` is appended to the base URL's path; a dict or list body is sent as JSON."""
+        data = None
+        extra = dict(headers or {})
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            extra.setdefault("Content-Type", "application/json")
+        try:
+            conn = self._connect()
+        except OSError as exc:
+            raise NotSent(f"could not connect to {self.system}: {exc}") from exc
+        try:
+            conn.request(method, urlsplit(self.base_url).path.rstrip("/") + path, data, self.headers(extra))
+            resp = conn.getresponse()
+            text = resp.read(self.max_body).decode("utf-8", "replace")
+            return Answer(resp.status, text, {k.lower(): v for k, v in resp.getheaders()})
+        except (OSError, http.client.HTTPException) as exc:
+            raise NoAnswer(f"{type(exc).__name__} after sending: {exc}") from exc
+        finally:
+            conn.close()
+
+
+def write_outcome(answer: Answer, *, system: str, ref: str = "") -> CallResult:
+    """A write's answer: 2xx committed; a 4xx refusal (not 408) failed; anything else unknown."""
+    if answer.ok:
+        return committed(ref)
+    if 400 <= answer.status < 500 and answer.status != 408:
+        return failed(f"{system} refused with {answer.status}: {answer.text[:200]}", answered=True)
+    return unknown(f"{system} answered {answer.status}: {answer.text[:200]}", answered=True)
+
+
+def call(client: HttpClient, method: str, path: str, body=None, *, headers: dict | None = None):
+    """One write: the `Answer`, or the CallResult that ends it when no answer came."""
+    try:
+        return client.request(method, path, body, headers)
+    except NotSent as exc:
+        return failed(str(exc), answered=False)
+    except NoAnswer as exc:
+        return unknown(str(exc), answered=False)

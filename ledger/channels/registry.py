@@ -1,0 +1,37 @@
+"""Which adapter serves each channel: `helpdesk` by HELPDESK_KIND (rest, rt, zendesk), `email` by SMTP.
+
+The action table (`ledger.actions`) names a channel per action; this module
+turns that name into the configured adapter.
+"""
+
+from django.conf import settings
+
+from ledger.channels.base import Channel, ChannelError
+from ledger.channels.rest import RestHelpdeskChannel
+from ledger.channels.smtp import EmailChannel
+
+HELPDESK_KINDS: dict[str, type[Channel]] = {"rest": RestHelpdeskChannel}
+CHANNEL_NAMES = ("helpdesk", "email")
+
+
+def helpdesk_kind() -> str:
+    return getattr(settings, "HELPDESK_KIND", "rest") or "rest"
+
+
+def get_channel(name: str) -> Channel:
+    """A fresh adapter for the channel `name`, as configured now."""
+    if name == "email":
+        return EmailChannel()
+    if name != "helpdesk":
+        raise ValueError(f"unknown channel {name!r}; known: {', '.join(CHANNEL_NAMES)}")
+    kind = helpdesk_kind()
+    try:
+        cls = HELPDESK_KINDS[kind]
+    except KeyError:
+        raise ChannelError(f"HELPDESK_KIND={kind!r} is not one of: {', '.join(sorted(HELPDESK_KINDS))}") from None
+    return cls()
+
+
+def lookup_channel_names() -> list[str]:
+    """The channels whose unknown effects reconcile can settle."""
+    return [name for name in CHANNEL_NAMES if get_channel(name).supports_lookup]
