@@ -233,6 +233,9 @@ HELPDESK_URL = envstr("HELPDESK_URL", "http://127.0.0.1:8025")
 HELPDESK_TOKEN = envstr("HELPDESK_TOKEN")  # rest: bearer token; zendesk: API token
 HELPDESK_USER = envstr("HELPDESK_USER")  # rt: user name; zendesk: the agent's email address
 HELPDESK_PASSWORD = envstr("HELPDESK_PASSWORD")  # rt: password
+# Check the helpdesk (and the mail server, for email tasks) before creating a
+# task: wrong credentials are one clear error, not fifty failed items.
+HELPDESK_CHECK_BEFORE_TASKS = envbool("HELPDESK_CHECK_BEFORE_TASKS", True)
 HELPDESK_CONNECT_TIMEOUT = envfloat("HELPDESK_CONNECT_TIMEOUT", 2.0, minimum=0.1)
 HELPDESK_READ_TIMEOUT = envfloat("HELPDESK_READ_TIMEOUT", 5.0, minimum=0.1)
 EMAIL_BACKEND = envstr("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

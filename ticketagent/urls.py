@@ -9,6 +9,7 @@ from ticketagent.web import ledger, metrics, review, tasks, upload
 urlpatterns = [
     path("", tasks.task_list, name="tasks"),
     path("upload/", upload.upload, name="upload"),
+    path("upload/helpdesk/", upload.upload_from_helpdesk, name="upload-helpdesk"),
     path("tasks/<int:pk>/", tasks.task_detail, name="task-detail"),
     path("tasks/<int:pk>/progress/", tasks.task_progress, name="task-progress"),
     path("tasks/<int:pk>/events.jsonl", tasks.task_events_jsonl, name="task-events"),

@@ -44,6 +44,8 @@ EXPECT: dict[str, dict] = {
     # route (as in urls.py)                 expectations; POSTs carry no data (the views' own validation answers)
     "": _PAGE,                                                   # tasks
     "upload/": {"anonymous": (LOGIN, LOGIN), "viewer": (200, 403), "operator": (200, 400), "staff": (200, 400)},
+    "upload/helpdesk/": {"anonymous": (LOGIN, LOGIN), "viewer": (200, 403), "operator": (200, 400),
+                         "staff": (200, 400)},                   # a task from a helpdesk query
     "tasks/<int:pk>/": _PAGE,
     "tasks/<int:pk>/progress/": _PAGE,
     "tasks/<int:pk>/events.jsonl": _PAGE,

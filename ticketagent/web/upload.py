@@ -1,16 +1,18 @@
-"""The upload page: a CSV or JSONL batch becomes a task, or the page lists every error and nothing is created."""
+"""The upload page: a file or a helpdesk query becomes a task, or every error is listed and nothing is created."""
 
 from django import forms
+from django.conf import settings
 
 from ticketagent.models import NotifyChannel
+from ticketagent.services import ServiceError
+from ticketagent.services.imports import task_import
 from ticketagent.services.upload import UploadRejected, task_upload
+from ticketagent.sources import SourceError
+from ticketagent.sources.helpdesk import helpdesk_summary
 from ticketagent.web.access import go_to_task, login_required, render_page, require_operator
 
 
-class UploadForm(forms.Form):
-    file = forms.FileField(allow_empty_file=True,
-                           help_text="CSV or JSONL; columns ticket_id, customer_email, subject, body "
-                                     "(+ customer_name, priority, language, metadata)")
+class TaskOptions(forms.Form):
     name = forms.CharField(required=False, max_length=200)
     notify_channel = forms.ChoiceField(choices=NotifyChannel.choices, initial=NotifyChannel.HELPDESK)
     allow_auto_close = forms.BooleanField(required=False, label="Allow automatic close",
@@ -18,29 +20,71 @@ class UploadForm(forms.Form):
     failure_threshold = forms.IntegerField(min_value=1, max_value=1000, initial=3, required=False,
                                            help_text="Consecutive failed items that suspend the task.")
 
+    def options(self) -> dict:
+        return {key: self.cleaned_data[key] for key in ("name", "notify_channel", "allow_auto_close",
+                                                       "failure_threshold")}
+
+
+class UploadForm(TaskOptions):
+    file = forms.FileField(allow_empty_file=True,
+                           help_text="CSV or JSONL; columns ticket_id, customer_email, subject, body "
+                                     "(+ customer_name, priority, language, metadata)")
+    field_order = ["file", "name", "notify_channel", "allow_auto_close", "failure_threshold"]
+
+
+class ImportForm(TaskOptions):
+    query = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    limit = forms.IntegerField(min_value=1, max_value=50_000, initial=500, required=False,
+                               help_text="At most this many tickets.")
+    field_order = ["query", "limit", "name", "notify_channel", "allow_auto_close", "failure_threshold"]
+
+
+def _context(source: str, **extra) -> dict:
+    return {"source": source, "helpdesk": helpdesk_summary(), "errors": [], **extra}
+
 
 @login_required
 def upload(request):
-    errors = []
-    if request.method == "POST":
-        require_operator(request)
-        form = UploadForm(request.POST, request.FILES)
-        if form.is_valid():
-            f = form.cleaned_data["file"]
-            # The request body is capped before it is read (middleware); the
-            # parser checks the file's own cap first, with the same words as
-            # `manage.py upload`.
-            try:
-                task = task_upload(
-                    data=f.read(), filename=f.name, user=request.user, name=form.cleaned_data["name"],
-                    allow_auto_close=form.cleaned_data["allow_auto_close"],
-                    notify_channel=form.cleaned_data["notify_channel"],
-                    failure_threshold=form.cleaned_data["failure_threshold"])
-            except UploadRejected as exc:
-                errors = [str(e) for e in exc.errors]
-            else:
-                return go_to_task(request, task)
-    else:
-        form = UploadForm()
-    status = 400 if errors or form.errors else 200
-    return render_page(request, "tasks/upload.html", "upload-form", {"form": form, "errors": errors}, status=status)
+    if request.method != "POST":
+        source = "helpdesk" if request.GET.get("from") == "helpdesk" else "file"
+        return render_page(request, "tasks/upload.html", None,
+                           _context(source, form=UploadForm(), import_form=ImportForm()))
+    require_operator(request)
+    form, errors = UploadForm(request.POST, request.FILES), []
+    if form.is_valid():
+        f = form.cleaned_data["file"]
+        # The request body is capped before it is read (middleware); the
+        # parser checks the file's own cap first, with the same words as
+        # `manage.py upload`.
+        try:
+            task = task_upload(data=f.read(), filename=f.name, user=request.user, **form.options())
+        except UploadRejected as exc:
+            errors = [str(e) for e in exc.errors]
+        except ServiceError as exc:
+            errors = [str(exc)]
+        else:
+            return go_to_task(request, task)
+    return render_page(request, "tasks/upload.html", "upload-form",
+                       _context("file", form=form, import_form=ImportForm(), errors=errors), status=400)
+
+
+@login_required
+def upload_from_helpdesk(request):
+    """A task from a helpdesk query (GET shows the upload page on its helpdesk tab)."""
+    if request.method != "POST":
+        return render_page(request, "tasks/upload.html", None,
+                           _context("helpdesk", form=UploadForm(), import_form=ImportForm()))
+    require_operator(request)
+    form, errors = ImportForm(request.POST), []
+    if form.is_valid():
+        try:
+            task = task_import(query=form.cleaned_data["query"], user=request.user,
+                               limit=form.cleaned_data["limit"] or settings.UPLOAD_MAX_ROWS, **form.options())
+        except UploadRejected as exc:
+            errors = [str(e) for e in exc.errors]
+        except (ServiceError, SourceError) as exc:
+            errors = [str(exc)]
+        else:
+            return go_to_task(request, task)
+    return render_page(request, "tasks/upload.html", "import-form",
+                       _context("helpdesk", form=UploadForm(), import_form=form, errors=errors), status=400)

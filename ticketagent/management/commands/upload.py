@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from ticketagent.models import NotifyChannel
+from ticketagent.services import ServiceError
 from ticketagent.services.upload import UploadRejected, task_upload
 
 
@@ -41,4 +42,6 @@ class Command(BaseCommand):
             for error in exc.errors:
                 self.stderr.write(f"{path.name}: {error}")
             raise CommandError(f"{path.name} was rejected: {len(exc.errors)} error(s); nothing was created") from None
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from None
         self.stdout.write(self.style.SUCCESS(f"task {task.pk} created with {task.items.count()} item(s)"))
