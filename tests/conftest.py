@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 
 from ledger import faults
-from ticketagent.processes import database_url, kill_tree
+from ops.processes import database_url, kill_tree
 from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent

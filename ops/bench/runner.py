@@ -15,7 +15,7 @@ Sections (names for `--only`):
     replay     replay of 100k events
 
 The runner uses the configured database and Redis as they are: the command
-(`ticketagent/management/commands/bench.py`) is what points them at a
+(`ops/management/commands/bench.py`) is what points them at a
 dedicated bench database and Redis DB first.
 """
 
@@ -48,8 +48,8 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from ticketagent.processes import database_url
-from ticketagent.samples import SUBJECTS, ticket_rows
+from ops.processes import database_url
+from ops.samples import SUBJECTS, ticket_rows
 
 ROOT = Path(settings.BASE_DIR)
 SECTIONS = ("overhead", "gate", "latency", "kill", "dashboard", "dryrun", "replay")
@@ -305,7 +305,7 @@ class Processes:
         return proc
 
     def start_model_server(self, latency: float) -> tuple[subprocess.Popen, str]:
-        proc = subprocess.Popen([sys.executable, "-m", "ticketagent.bench.model_server", "--latency", str(latency)],
+        proc = subprocess.Popen([sys.executable, "-m", "ops.bench.model_server", "--latency", str(latency)],
                                 cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         self.others.append(proc)
@@ -594,8 +594,8 @@ class Bench:
     # ====================================================================== 1
     def bench_overhead(self) -> None:
         from ledger.models import Effect
+        from ops.bench.naive import DONE_KEY, naive_item
         from ticketagent import jobs
-        from ticketagent.bench.naive import DONE_KEY, naive_item
         from ticketagent.services import task_create
 
         s = self.sizes

@@ -40,9 +40,9 @@ from django.utils import timezone
 from ledger.faults import WINDOWS
 from ledger.models import BlockedDuplicate, Effect, EffectState
 from ledger.services import effect_review, reconcile_not_before
+from ops.processes import database_url, kill_tree
+from ops.samples import ticket_rows
 from ticketagent.models import Event, EventType, ItemStatus, Task, TaskStatus
-from ticketagent.processes import database_url, kill_tree
-from ticketagent.samples import ticket_rows
 from ticketagent.sandbox.client import SandboxClient, start_sandbox, stop_sandbox
 from ticketagent.services import ServiceError, task_create, task_resume
 
@@ -110,10 +110,10 @@ class Supervisor:
     """Starts, kills and restarts worker processes; runs the recovery sweep."""
 
     def __init__(self, *, workers: int, env: dict, rng: random.Random, workdir: Path, crash_probability: float,
-                 broken_gate: str = ""):
+                 worker_command: list[str]):
         self.n, self.env, self.rng, self.workdir = workers, env, rng, workdir
         self.crash_probability = crash_probability
-        self.broken_gate = broken_gate
+        self.worker_command = worker_command
         self.crash_log = workdir / "crashes.log"
         self.procs: list[subprocess.Popen] = []
         self.recovery: subprocess.Popen | None = None
@@ -127,12 +127,9 @@ class Supervisor:
         self.modes["forking" if fork else "in-process"] += 1
         env = {**self.env, "LEDGER_CRASH_AT": f"{window}:{self.crash_probability}",
                "LEDGER_CRASH_LOG": str(self.crash_log), "WORKER_FORK": "true" if fork else "false"}
-        args = [sys.executable, "-m", "ticketagent.killtest_worker"]
-        if self.broken_gate:
-            args += ["--broken-gate", self.broken_gate]
         self.started += 1
         log = open(self.workdir / f"worker-{self.started}.log", "w")
-        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        return subprocess.Popen(self.worker_command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
     def start(self) -> None:
@@ -300,7 +297,9 @@ def _check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:
 def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_keys: str = "honor",
                  channel: str = "helpdesk", faults: set[str] | None = None, crash_probability: float = 0.1,
                  round_timeout: float = 120.0, kill_every: tuple[float, float] = (0.5, 2.0),
-                 broken_gate: str = "", out=sys.stdout) -> Report:
+                 worker_command: list[str] | None = None, out=sys.stdout) -> Report:
+    """Run the kill test. `worker_command` starts one worker (default:
+    `manage.py worker`); the self-test passes one with a broken gate."""
     import redis
 
     faults = faults or set()
@@ -318,7 +317,7 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
     settings.HELPDESK_URL, settings.EMAIL_PORT = url, smtp_port
     redis_conn = redis.Redis.from_url(settings.REDIS_URL)
     sup = Supervisor(workers=workers, env=env, rng=rng, workdir=workdir, crash_probability=crash_probability,
-                     broken_gate=broken_gate)
+                     worker_command=worker_command or [sys.executable, "manage.py", "worker"])
     try:
         sup.start()
         sandbox.set_faults(honor_keys=sandbox_keys == "honor")
