@@ -29,7 +29,11 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
 # "path" or "path:function" -> why the rule does not apply there.
-EXCEPTIONS: dict[str, str] = {}
+EXCEPTIONS: dict[str, str] = {
+    "ops/bench/gate.py": "figure 2 times the gate as the pipeline calls it, fenced by the pipeline's own "
+                         "ticketagent.services._hold on a _Run: the benchmark measures that code as it is, and "
+                         "the product has no public fence to offer in its place",
+}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from django.core.management import call_command
 from django.db import connection
 
 from ops.bench.model_server import answer_for
-from ops.bench.runner import BEGIN, END, TINY, Results, Row, write_doc
+from ops.bench.results import BEGIN, END, Results, Row, write_doc
+from ops.bench.sizes import TINY
 from ticketagent.schemas import Decision, Reply, Triage
 
 pytestmark = pytest.mark.django_db(transaction=True)

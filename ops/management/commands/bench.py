@@ -185,7 +185,9 @@ class Command(BaseCommand):
 
     # ---------------------------------------------------------------- step 2
     def _run(self, opts, only, profile) -> None:
-        from ops.bench.runner import SIZES, Bench, write_doc, write_raw
+        from ops.bench.results import write_doc, write_raw
+        from ops.bench.runner import Bench
+        from ops.bench.sizes import SIZES
 
         sizes = SIZES[opts["sizes"] or ("full" if opts["full"] else "quick")]
         call_command("migrate", verbosity=0, interactive=False)
