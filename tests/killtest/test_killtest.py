@@ -44,3 +44,18 @@ def test_the_harness_fails_against_a_mis_ordered_gate(queue, gate):
     table = report.table()
     assert not report.ok and report.problems, table
     assert "FAIL" in table
+
+
+def test_every_option_of_the_command_states_its_default():
+    from django.core.management.base import BaseCommand
+
+    from ops.management.commands.killtest import Command
+
+    parser = Command().create_parser("manage.py", "killtest")
+    django_own = {a.dest for a in BaseCommand().create_parser("manage.py", "base")._actions}
+    options = [a for a in parser._actions if a.dest not in django_own]
+    assert {a.dest for a in options} == {"rounds", "items", "workers", "seed", "sandbox_keys", "channel", "faults",
+                                         "crash_probability", "round_timeout"}
+    for action in options:
+        assert "default" in (action.help or ""), action.dest
+    assert "(default: 5)" in parser.format_help() and "--broken-gate" not in parser.format_help()
