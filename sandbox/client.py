@@ -1,33 +1,25 @@
-"""A sandbox as tests and tools drive it: a child process on free ports, spoken to over HTTP.
+"""The sandbox's HTTP client, as tests and tools drive it: faults, counts, deliveries, reset.
 
-    proc, url, smtp_port = start_sandbox(tmp_path)
     sb = SandboxClient(url)
     sb.set_faults(drop_next={"notify": 1})
     ...
     assert sb.counts()["duplicates"] == 0
-    stop_sandbox(proc)
 
+The process itself is started by `ops.processes.start_sandbox()`.
 Standard library only (no Django, no pytest).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import queue
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-__all__ = ["SandboxClient", "SandboxError", "start_sandbox", "stop_sandbox"]
+__all__ = ["SandboxClient", "SandboxError"]
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 # Never route sandbox traffic through an HTTP proxy from the environment.
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -153,103 +145,3 @@ def _tail(path: Path, n: int = 4000) -> str:
         return ""
 
 
-def _command(host: str, db_path: Path, ignore_keys: bool, quiet: bool, extra_args) -> list[str]:
-    cmd = [sys.executable, "-m", "sandbox", "--host", host, "--port", "0", "--smtp-port", "0", "--db", str(db_path)]
-    if ignore_keys:
-        cmd.append("--ignore-keys")
-    if quiet:
-        cmd.append("--quiet")
-    cmd.extend(extra_args)
-    return cmd
-
-
-def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=str(PROJECT_ROOT),
-            env=env,
-        )
-
-
-def _read_ports(proc: subprocess.Popen, log_path: Path, timeout: float) -> tuple[int, int]:
-    """The ports from the ready line; stops the process if it has none."""
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
-    try:
-        first = lines.get(timeout=timeout)
-    except queue.Empty:
-        stop_sandbox(proc, timeout=2)
-        raise RuntimeError(f"sandbox did not print its ports within {timeout}s:\n{_tail(log_path)}") from None
-    if not first:
-        proc.wait(timeout=5)
-        raise RuntimeError(
-            f"sandbox exited with {proc.returncode} before printing its ports:\n{_tail(log_path)}"
-        )
-    try:
-        ports = json.loads(first)
-        return int(ports["http"]), int(ports["smtp"])
-    except (ValueError, KeyError, TypeError):
-        stop_sandbox(proc, timeout=2)
-        raise RuntimeError(f"unexpected sandbox ready line: {first!r}") from None
-
-
-def start_sandbox(
-    tmp_path,
-    *,
-    ignore_keys: bool = False,
-    db=None,
-    host: str = "127.0.0.1",
-    quiet: bool = False,
-    timeout: float = 15.0,
-    extra_args=(),
-):
-    """Spawn ``python -m sandbox`` on free ports.
-
-    Returns ``(proc, http_url, smtp_port)``.  Each call gets its own
-    directory under ``tmp_path`` holding ``sandbox.sqlite3`` (unless ``db`` is
-    given) and ``sandbox.log`` (the process's stderr; never a pipe, so a
-    chatty sandbox cannot block).  Extra attributes on ``proc``:
-    ``sandbox_url``, ``smtp_port``, ``log_path``, ``db_path``.
-    Stop it with :func:`stop_sandbox` (SIGTERM, clean exit 0).
-    """
-    workdir = Path(tempfile.mkdtemp(prefix="sandbox-", dir=str(tmp_path)))
-    db_path = Path(db) if db is not None else workdir / "sandbox.sqlite3"
-    log_path = workdir / "sandbox.log"
-    proc = _spawn(_command(host, db_path, ignore_keys, quiet, extra_args), log_path)
-    http_port, smtp_port = _read_ports(proc, log_path, timeout)
-    url_host = f"[{host}]" if ":" in host else host
-    url = f"http://{url_host}:{http_port}"
-    try:
-        SandboxClient(url).wait_ready(timeout)
-    except TimeoutError:
-        stop_sandbox(proc, timeout=2)
-        raise
-    proc.sandbox_url = url
-    proc.smtp_port = smtp_port
-    proc.log_path = log_path
-    proc.db_path = db_path
-    return proc, url, smtp_port
-
-
-def stop_sandbox(proc: subprocess.Popen, timeout: float = 5.0) -> int:
-    """SIGTERM the sandbox (SIGKILL after ``timeout``); returns its exit code."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if proc.stdout is not None:
-        try:
-            proc.stdout.close()
-        except OSError:
-            pass
-    return proc.returncode

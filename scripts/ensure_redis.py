@@ -229,6 +229,8 @@ def start_server(
     at the terminal does not take it down before the workers that use it;
     the caller stops it last) that also gets SIGTERM if we die.
     Daemonized: ``proc`` is None, the pid file is ``workdir/<name>.pid``.
+    A server that exits at once (a port taken in the meantime) is tried
+    again on another port, ``attempts`` times in all.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     logfile = workdir / f"{name}.log"
@@ -236,7 +238,6 @@ def start_server(
     last_error = ""
     for _ in range(attempts):
         port = free_port()
-        url = f"redis://127.0.0.1:{port}/{db}"
         args = [
             binary,
             "--port", str(port),
@@ -258,26 +259,28 @@ def start_server(
             start_new_session=True,
             preexec_fn=None if daemonize else die_with_parent_preexec(),
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            exited = proc.poll() is not None
-            if not daemonize and exited:
-                break
-            if daemonize and exited and proc.returncode != 0:
-                break
-            if ping(url, timeout=0.5):
-                if daemonize:
-                    pid = _read_pid(pidfile)
-                    return None, url, pid
-                return proc, url, proc.pid
-            time.sleep(0.1)
-        else:
-            stop_process(proc)
-            raise RuntimeError(
-                f"{binary} did not answer PING on port {port} within {timeout:.0f}s:\n{log_tail(logfile)}"
-            )
+        started = _answering(proc, f"redis://127.0.0.1:{port}/{db}", pidfile, daemonize=daemonize, timeout=timeout)
+        if started is not None:
+            return started
         last_error = f"{binary} exited with code {proc.returncode} (port {port}):\n{log_tail(logfile)}"
     raise RuntimeError(last_error)
+
+
+def _answering(proc: subprocess.Popen, url: str, pidfile: Path, *, daemonize: bool,
+               timeout: float) -> tuple[subprocess.Popen | None, str, int | None] | None:
+    """``start_server``'s result once the server answers PING; None if it
+    exited first; RuntimeError (the server stopped) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        exited = proc.poll() is not None
+        if exited and (not daemonize or proc.returncode != 0):
+            return None
+        if ping(url, timeout=0.5):
+            return (None, url, _read_pid(pidfile)) if daemonize else (proc, url, proc.pid)
+        time.sleep(0.1)
+    stop_process(proc)
+    raise RuntimeError(f"{proc.args[0]} did not answer PING on port {urlsplit(url).port} within {timeout:.0f}s:\n"
+                       f"{log_tail(pidfile.with_suffix('.log'))}")
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> int | None:

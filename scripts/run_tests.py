@@ -52,18 +52,9 @@ def _ini_names_settings() -> bool:
     return False
 
 
-def main(argv: list[str]) -> int:
-    sqlite = False
-    if argv and argv[0] == "--sqlite":
-        sqlite, argv = True, argv[1:]
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-
-    env = dict(os.environ)
+def pick_database(env: dict, sqlite: bool) -> None:
+    """DATABASE_URL for pytest (see the module's docstring)."""
     var = ensure_redis.var_dir()
-    var.mkdir(parents=True, exist_ok=True)
-
-    # --- database ---
     if sqlite:
         env.pop("TEST_DATABASE_URL", None)
         env["DATABASE_URL"] = f"sqlite:///{var / 'test-smoke.sqlite3'}"
@@ -76,33 +67,33 @@ def main(argv: list[str]) -> int:
         else:
             env.pop("DATABASE_URL", None)
 
-    # pytest-django prefers the environment over the ini file, so only fill
-    # DJANGO_SETTINGS_MODULE in when no pytest config names one.
-    if "DJANGO_SETTINGS_MODULE" not in env and not _ini_names_settings():
-        env["DJANGO_SETTINGS_MODULE"] = "ticketagent.settings"
 
-    # --- redis ---
-    redis_proc = None
+def pick_redis(env: dict) -> subprocess.Popen | None:
+    """REDIS_URL for pytest; returns the throwaway server it started, if any.
+    SystemExit(1) when there is no Redis to be had."""
     wanted = env.get("REDIS_URL")
     forced = ensure_redis.redis_choice() != "auto"
     if not forced and wanted and ensure_redis.ping(wanted):
         say(f"test redis: REDIS_URL ({ensure_redis.redacted(wanted)})")
-    elif not forced and not wanted and ensure_redis.ping(TEST_REDIS_URL):
+        return None
+    if not forced and not wanted and ensure_redis.ping(TEST_REDIS_URL):
         say(f"test redis: {TEST_REDIS_URL} (local server)")
-    else:
-        if wanted and not forced:
-            say(f"test redis: REDIS_URL={ensure_redis.redacted(wanted)} does not answer; starting a throwaway server")
-        try:
-            binary = ensure_redis.find_server_binary()
-            redis_proc, url, _ = ensure_redis.start_server(binary, workdir=var / "redis-test", db=15)
-        except RuntimeError as exc:
-            say(f"test redis: {exc}")
-            return 1
-        env["REDIS_URL"] = url
-        say(f"test redis: throwaway {binary} at {url}")
+        return None
+    if wanted and not forced:
+        say(f"test redis: REDIS_URL={ensure_redis.redacted(wanted)} does not answer; starting a throwaway server")
+    try:
+        binary = ensure_redis.find_server_binary()
+        redis_proc, url, _ = ensure_redis.start_server(binary, workdir=ensure_redis.var_dir() / "redis-test", db=15)
+    except RuntimeError as exc:
+        say(f"test redis: {exc}")
+        raise SystemExit(1) from None
+    env["REDIS_URL"] = url
+    say(f"test redis: throwaway {binary} at {url}")
+    return redis_proc
 
-    # --- pytest ---
-    cmd = [sys.executable, "-m", "pytest", *argv]
+
+def run_pytest(args: list[str], env: dict) -> int:
+    """pytest in a process of its own (SIGTERM passed on); its exit status."""
     proc = None
 
     def _forward(signum, frame):
@@ -111,7 +102,7 @@ def main(argv: list[str]) -> int:
 
     previous = signal.signal(signal.SIGTERM, _forward)
     try:
-        proc = subprocess.Popen(cmd, cwd=str(ROOT), env=env)
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=str(ROOT), env=env)
         while True:
             try:
                 rc = proc.wait()
@@ -123,10 +114,32 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, previous)
         if proc is not None and proc.poll() is None:
             ensure_redis.stop_process(proc)
+    return 128 - rc if rc < 0 else rc  # killed by a signal: 128 + its number
+
+
+def main(argv: list[str]) -> int:
+    sqlite = False
+    if argv and argv[0] == "--sqlite":
+        sqlite, argv = True, argv[1:]
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+
+    env = dict(os.environ)
+    ensure_redis.var_dir().mkdir(parents=True, exist_ok=True)
+    pick_database(env, sqlite)
+    # pytest-django prefers the environment over the ini file, so only fill
+    # DJANGO_SETTINGS_MODULE in when no pytest config names one.
+    if "DJANGO_SETTINGS_MODULE" not in env and not _ini_names_settings():
+        env["DJANGO_SETTINGS_MODULE"] = "ticketagent.settings"
+    try:
+        redis_proc = pick_redis(env)
+    except SystemExit as exc:
+        return exc.code
+    try:
+        rc = run_pytest(argv, env)
+    finally:
         if redis_proc is not None:
             ensure_redis.stop_process(redis_proc)
-    if rc < 0:  # killed by a signal
-        rc = 128 - rc
     if rc == 5:
         hint = " -- are any tests marked `smoke`?" if "smoke" in argv else ""
         say(f"pytest collected no tests (exit status 5){hint}")

@@ -18,8 +18,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 
 from ledger import faults
-from sandbox.client import SandboxClient, start_sandbox, stop_sandbox
-from ticketagent.processes import database_url, kill_tree
+from ops.processes import Child, Processes, database_url, start_sandbox
+from sandbox.client import SandboxClient
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_ALL = os.environ.get("TICKETAGENT_REQUIRE_ALL") == "1"
@@ -76,15 +76,18 @@ def queue(redis_conn):
 
 @pytest.fixture(scope="session")
 def sandbox_process(tmp_path_factory):
-    proc, url, smtp_port = start_sandbox(tmp_path_factory.mktemp("sandbox"))
-    yield proc, url, smtp_port
-    stop_sandbox(proc)
+    """One sandbox helpdesk process for the whole session."""
+    workdir = tmp_path_factory.mktemp("sandbox")
+    procs = Processes(log_dir=workdir)
+    running = start_sandbox(procs, db=workdir / "sandbox.sqlite3")
+    yield running
+    procs.stop(grace=5)
 
 
 @pytest.fixture
 def sandbox(sandbox_process, settings):
     """A clean sandbox helpdesk; the channels point at it."""
-    _, url, smtp_port = sandbox_process
+    url, smtp_port = sandbox_process.url, sandbox_process.smtp_port
     client = SandboxClient(url)
     client.reset()
     settings.HELPDESK_URL = url
@@ -104,62 +107,33 @@ class Workers:
     def __init__(self, env: dict, log_dir: Path):
         self.env = env
         self.log_dir = log_dir
-        self.procs: list[subprocess.Popen] = []
+        self.procs = Processes(env=env, log_dir=log_dir)
 
-    def _spawn(self, args: list[str], name: str, extra_env: dict | None = None) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "w")
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env={**self.env, **(extra_env or {})},
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        self.procs.append(proc)
-        return proc
+    def start(self, n: int = 1, *, extra_env: dict | None = None) -> list[Child]:
+        return [self.procs.start("worker", [sys.executable, "manage.py", "worker"], env=extra_env)
+                for _ in range(n)]
 
-    def start(self, n: int = 1, *, extra_env: dict | None = None) -> list[subprocess.Popen]:
-        return [self._spawn(["worker"], "worker", extra_env) for _ in range(n)]
-
-    def start_recovery(self) -> subprocess.Popen:
-        return self._spawn(["recover", "--loop"], "recover")
+    def start_recovery(self) -> Child:
+        return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"])
 
     def burst(self, timeout: float = 120, extra_env: dict | None = None) -> int:
-        proc = self._spawn(["worker", "--burst"], "burst", extra_env)
-        return proc.wait(timeout=timeout)
+        child = self.procs.start("burst", [sys.executable, "manage.py", "worker", "--burst"], env=extra_env)
+        return child.wait(timeout=timeout)
 
     def command(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
                               capture_output=True, text=True, timeout=timeout)
 
-    @staticmethod
-    def kill(proc: subprocess.Popen, sig=signal.SIGKILL, *, horse: bool = True) -> None:
+    def kill(self, child: Child, sig=signal.SIGKILL, *, horse: bool = True) -> None:
         """Kill the worker and (unless horse=False) its work-horse."""
-        kill_tree(proc, sig, children=horse)
+        self.procs.kill(child, sig, descendants=horse)
 
     def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                self.kill(proc, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill(proc)
-        for orphan in self.orphans():
-            orphan.kill()
+        self.procs.stop()
 
     def orphans(self):
         """Work-horses left behind by killed workers (reparented to init)."""
-        import psutil
-
-        mine = {str(self.log_dir)}
-        found = []
-        for p in psutil.process_iter(["cmdline", "environ"]):
-            try:
-                env = p.info["environ"] or {}
-            except (psutil.AccessDenied, psutil.NoSuchProcess):
-                continue
-            if env.get("TICKETAGENT_TEST_RUN") in mine:
-                found.append(p)
-        return found
+        return self.procs.orphans()
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.log_dir.glob("*.log")))
@@ -169,7 +143,7 @@ class Workers:
 def workers(transactional_db, queue, sandbox, tmp_path):
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DJANGO_SETTINGS_MODULE": "ticketagent.settings_test",
         "DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "RQ_QUEUE": settings.RQ_QUEUE,
@@ -185,7 +159,6 @@ def workers(transactional_db, queue, sandbox, tmp_path):
         "OPENAI_MODEL": settings.OPENAI_MODEL,
         "AGENT_MAX_STEPS": str(settings.AGENT_MAX_STEPS),
         "PYTHONUNBUFFERED": "1",
-        "TICKETAGENT_TEST_RUN": str(tmp_path),
     }
     w = Workers(env, tmp_path)
     yield w

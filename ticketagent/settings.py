@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "django_rq",
     "ledger",
     "ticketagent",
+    "ops",
 ]
 
 MIDDLEWARE = [

@@ -1,7 +1,14 @@
 """The kill test, short version, on every change; and proof it can fail."""
 
+import io
+import sys
+
 import pytest
 from django.core.management import call_command
+
+from ops.killtest.run import run_killtest
+
+from .broken_gates import GATES
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -27,10 +34,28 @@ def test_kill_test_on_the_email_channel_plays_the_operator(queue, capsys):
     assert code == 0, out
 
 
-@pytest.mark.parametrize("gate", ["no-intent", "commit-before-call"])
-def test_the_harness_fails_against_a_mis_ordered_gate(queue, capsys, gate):
-    code, out = run(capsys, "--rounds", "2", "--items", "10", "--workers", "2", "--seed", "5",
-                    "--sandbox-keys", "ignore", "--crash-probability", "0.4", "--round-timeout", "25",
-                    "--broken-gate", gate)
-    assert code == 1, out
-    assert "FAIL" in out and "problem:" in out
+@pytest.mark.parametrize("gate", sorted(GATES))
+def test_the_harness_fails_against_a_mis_ordered_gate(queue, gate):
+    """Workers whose gate calls out before it records the intent, or records
+    success before it calls: the harness must find the difference."""
+    worker = [sys.executable, "-m", "tests.killtest.broken_worker", gate]
+    report = run_killtest(rounds=2, items=10, workers=2, seed=5, sandbox_keys="ignore", crash_probability=0.4,
+                          round_timeout=25, worker_command=worker, out=io.StringIO())
+    table = report.table()
+    assert not report.ok and report.problems, table
+    assert "FAIL" in table
+
+
+def test_every_option_of_the_command_states_its_default():
+    from django.core.management.base import BaseCommand
+
+    from ops.management.commands.killtest import Command
+
+    parser = Command().create_parser("manage.py", "killtest")
+    django_own = {a.dest for a in BaseCommand().create_parser("manage.py", "base")._actions}
+    options = [a for a in parser._actions if a.dest not in django_own]
+    assert {a.dest for a in options} == {"rounds", "items", "workers", "seed", "sandbox_keys", "channel", "faults",
+                                         "crash_probability", "round_timeout"}
+    for action in options:
+        assert "default" in (action.help or ""), action.dest
+    assert "(default: 5)" in parser.format_help() and "--broken-gate" not in parser.format_help()

@@ -11,42 +11,29 @@ import signal
 import smtplib
 import threading
 import time
-import urllib.parse
 from email.message import EmailMessage
-from types import SimpleNamespace
 
 import pytest
 
-from sandbox.client import SandboxClient, start_sandbox, stop_sandbox
+from .conftest import launch, stop
 
 # ----------------------------------------------------------------------------
 # fixtures / helpers
 # ----------------------------------------------------------------------------
 
 
-def _launch(tmp_path, **kw):
-    proc, url, smtp_port = start_sandbox(tmp_path, **kw)
-    return SimpleNamespace(
-        proc=proc,
-        url=url,
-        smtp_port=smtp_port,
-        port=urllib.parse.urlsplit(url).port,
-        client=SandboxClient(url),
-    )
-
-
 @pytest.fixture(scope="module")
 def _honor(tmp_path_factory):
-    sb = _launch(tmp_path_factory.mktemp("honor"))
+    sb = launch(tmp_path_factory.mktemp("honor"))
     yield sb
-    assert stop_sandbox(sb.proc) == 0
+    assert stop(sb) == 0
 
 
 @pytest.fixture(scope="module")
 def _ignore(tmp_path_factory):
-    sb = _launch(tmp_path_factory.mktemp("ignore"), ignore_keys=True)
+    sb = launch(tmp_path_factory.mktemp("ignore"), ignore_keys=True)
     yield sb
-    assert stop_sandbox(sb.proc) == 0
+    assert stop(sb) == 0
 
 
 @pytest.fixture
@@ -513,27 +500,26 @@ def test_smtp_drop_fault_records_then_disconnects(sb):
 
 def test_sigterm_exits_cleanly_and_data_is_durable(tmp_path):
     db = tmp_path / "durable.sqlite3"
-    first = _launch(tmp_path, db=db)
+    first = launch(tmp_path, db=db)
     assert draft(first, key="persist")[0] == 201
-    first.proc.send_signal(signal.SIGTERM)
+    first.proc.signal(signal.SIGTERM)
     assert first.proc.wait(timeout=10) == 0
-    first.proc.stdout.close()
 
-    second = _launch(tmp_path, db=db)
+    second = launch(tmp_path, db=db)
     try:
         assert second.client.lookup("persist")["count"] == 1
         assert draft(second, key="persist")[0] == 200
     finally:
-        second.proc.send_signal(signal.SIGINT)
+        second.proc.signal(signal.SIGINT)
         assert second.proc.wait(timeout=10) == 0
-        second.proc.stdout.close()
+        stop(second)
 
 
 def test_busy_port_fails_fast(sb):
     import subprocess
     import sys
 
-    from sandbox.client import PROJECT_ROOT
+    from ops.processes import ROOT
 
     proc = subprocess.run(
         [
@@ -546,7 +532,7 @@ def test_busy_port_fails_fast(sb):
             "0",
             "--quiet",
         ],
-        cwd=PROJECT_ROOT,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=10,

@@ -11,14 +11,14 @@ import socket
 
 import pytest
 
-from sandbox.client import SandboxClient, start_sandbox, stop_sandbox
+from .conftest import launch, stop
 
 
 @pytest.fixture(scope="module")
 def _running(tmp_path_factory):
-    proc, url, smtp_port = start_sandbox(tmp_path_factory.mktemp("smtp"))
-    yield proc, SandboxClient(url), smtp_port
-    assert stop_sandbox(proc) == 0
+    sb = launch(tmp_path_factory.mktemp("smtp"))
+    yield sb.proc, sb.client, sb.smtp_port
+    assert stop(sb) == 0
 
 
 @pytest.fixture
@@ -120,13 +120,14 @@ def test_drop_fault_on_a_replay_still_records_nothing_new(sb):
 
 
 def test_sigterm_with_an_open_smtp_session_exits_cleanly(tmp_path):
-    proc, _, port = start_sandbox(tmp_path)
-    session = Session(port)
+    sb = launch(tmp_path)
+    proc = sb.proc
+    session = Session(sb.smtp_port)
     try:
         session.send(b"EHLO client.test")
-        proc.send_signal(signal.SIGTERM)
+        proc.signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     finally:
         session.close()
-        stop_sandbox(proc)
+        stop(sb)
     assert "Traceback" not in proc.log_path.read_text()

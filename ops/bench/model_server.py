@@ -1,6 +1,6 @@
 """A tiny OpenAI-compatible model server for the benchmarks (standard library only).
 
-    python -m ticketagent.bench.model_server --latency 1.0 [--port 0]
+    python -m ops.bench.model_server --latency 1.0 [--port 0]
 
 prints one JSON line ``{"port": N}`` on stdout once it listens, then answers
 ``POST /v1/chat/completions`` with a valid structured answer for the schema

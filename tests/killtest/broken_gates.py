@@ -1,5 +1,6 @@
 """Deliberately wrong gates, used only by the kill test's self-test to prove
-that the harness detects a broken protocol. Never wired into the product."""
+that the harness detects a broken protocol (tests/killtest/broken_worker.py
+puts one in a worker). Never wired into the product."""
 
 from django.utils import timezone
 

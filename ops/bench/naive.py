@@ -4,7 +4,7 @@
 makes for one ticket -- triage, draft (with the knowledge-base tool), decide
 through the same model client, then one HTTP call to the helpdesk for each
 chosen action, built by the same `effect_payload` and sent by the same
-`HelpdeskChannel` with the same `Idempotency-Key` header -- and nothing
+`RestHelpdeskChannel` with the same `Idempotency-Key` header -- and nothing
 else: no lease, no checkpoint, no event, no ledger row, no database at all.
 It is what "just call the API from a job" would look like, and what a
 crash would lose.
@@ -27,7 +27,7 @@ EFFECT_STEPS = ("save_draft", "notify_customer", "set_status", "escalate", "clos
 
 
 def _tools():
-    from ticketagent.llm import Tools
+    from ticketagent.llm.base import Tools
 
     def knowledge_base(query: str):
         # read from disk on each call, as the durable pipeline's tool does
@@ -43,8 +43,8 @@ def naive_item(ticket: dict) -> str:
     from rq import get_current_job
 
     from ledger.actions import action_spec
-    from ledger.channels import HelpdeskChannel
-    from ticketagent.llm import get_model_client
+    from ledger.channels.rest import RestHelpdeskChannel
+    from ticketagent.llm.clients import get_model_client
     from ticketagent.plan import effect_payload
 
     model = get_model_client()
@@ -52,7 +52,7 @@ def naive_item(ticket: dict) -> str:
     reply = model.draft(ticket, triage, _tools())
     decision = model.decide(ticket, triage, reply)
     outputs = {"triage": triage.model_dump(), "draft": reply.model_dump(), "decide": decision.model_dump()}
-    channel = HelpdeskChannel()
+    channel = RestHelpdeskChannel()
     results = []
     for step in EFFECT_STEPS:
         if step not in decision.actions:

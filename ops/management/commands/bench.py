@@ -12,7 +12,7 @@ steps:
    if that one does not answer);
 2. run itself again with DATABASE_URL, REDIS_URL and RQ_QUEUE
    (`ticketagent-bench`) pointing there, migrate, and run the figures
-   (ticketagent/bench/runner.py), then print the table and write it into
+   (ops/bench/runner.py), then print the table and write it into
    docs/benchmarks.md.
 """
 
@@ -111,7 +111,7 @@ class Command(BaseCommand):
                                  "database; the tables of ticketagent and ledger are emptied!)")
 
     def handle(self, *args, **opts):
-        from ticketagent.bench.runner import SECTIONS
+        from ops.bench.runner import SECTIONS
 
         only = [s.strip() for s in opts["only"].split(",") if s.strip()] or list(SECTIONS)
         unknown = set(only) - set(SECTIONS)
@@ -185,7 +185,9 @@ class Command(BaseCommand):
 
     # ---------------------------------------------------------------- step 2
     def _run(self, opts, only, profile) -> None:
-        from ticketagent.bench.runner import SIZES, Bench, write_doc, write_raw
+        from ops.bench.results import write_doc, write_raw
+        from ops.bench.runner import Bench
+        from ops.bench.sizes import SIZES
 
         sizes = SIZES[opts["sizes"] or ("full" if opts["full"] else "quick")]
         call_command("migrate", verbosity=0, interactive=False)

@@ -1,0 +1,89 @@
+"""The processes a benchmark run starts: workers, the recovery sweep, the sandbox and the model server.
+
+A thin layer over ops.processes: every one of them is a child of one
+`Processes`, marked, logged under the run's directory, and `stop()` leaves
+nothing running (work-horses orphaned by a SIGKILLed worker included).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from ops.processes import Child, Processes, start_sandbox
+
+WORKER = [sys.executable, "manage.py", "worker"]
+
+
+class BenchProcesses:
+    def __init__(self, workdir: Path, env: dict):
+        self.workdir = workdir
+        self.procs = Processes(env=env, log_dir=workdir)
+        self.workers: list[Child] = []
+
+    @property
+    def env(self) -> dict:
+        """The base environment of every process started from now on."""
+        return self.procs.env
+
+    # workers ---------------------------------------------------------------
+    def start_workers(self, n: int, extra_env: dict | None = None) -> list[Child]:
+        started = [self.procs.start("worker", WORKER, env=extra_env) for _ in range(n)]
+        self.workers += started
+        return started
+
+    def wait_workers_ready(self, children: list[Child], timeout: float = 90) -> None:
+        from rq import Worker
+
+        from ticketagent.jobs import get_queue
+
+        queue = get_queue()
+        pids = {c.pid for c in children}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [c for c in children if c.poll() is not None]
+            if dead:
+                raise RuntimeError(f"worker exited with {dead[0].returncode}; see {self.workdir}")
+            registered = {w.pid for w in Worker.all(queue=queue)}
+            if pids <= registered:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"workers did not register within {timeout:.0f}s; see {self.workdir}")
+
+    def kill_worker(self, child: Child) -> None:
+        """SIGKILL a worker and its work-horse, as a crash would."""
+        self.procs.kill(child)
+        self.workers.remove(child)
+
+    def stop_workers(self, children: list[Child] | None = None) -> None:
+        children = list(self.workers if children is None else children)
+        self.procs.stop(children, grace=15)
+        self.workers = [c for c in self.workers if c not in children]
+
+    # other processes -------------------------------------------------------
+    def start_recovery(self) -> Child:
+        return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"])
+
+    def start_model_server(self, latency: float) -> tuple[Child, str]:
+        """The bench's model server (ops.bench.model_server); returns it and its base URL."""
+        child = self.procs.start("model-server", [sys.executable, "-m", "ops.bench.model_server",
+                                                  "--latency", str(latency)])
+        try:
+            line = child.wait_line(lambda text: text.startswith("{") and '"port"' in text, timeout=30)
+        except RuntimeError:
+            self.stop_other(child)
+            raise
+        return child, f"http://127.0.0.1:{json.loads(line)['port']}/v1"
+
+    def start_sandbox(self) -> tuple[str, int]:
+        sandbox = start_sandbox(self.procs, db=self.workdir / "sandbox.sqlite3", quiet=True)
+        return sandbox.url, sandbox.smtp_port
+
+    def stop_other(self, child: Child) -> None:
+        self.procs.stop([child], grace=10, descendants=False)
+
+    def stop(self) -> None:
+        self.procs.stop(grace=15)
+        self.workers = []

@@ -1,0 +1,191 @@
+"""Figure 2: time per effect through the gate, against one bare INSERT plus one UPDATE."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ledger.actions import ActionSpec
+from ledger.channels.base import CallResult, Channel
+from ledger.gate import effect_run, idempotency_key, payload_hash, summarize
+from ledger.models import Effect, EffectState, EffectTransition
+from ops.bench.profiling import profile_section
+from ops.bench.results import percentile
+from ticketagent.models import Item, ItemStatus, Task, TaskStatus
+from ticketagent.pipeline.lease import ItemRun, hold
+
+if TYPE_CHECKING:
+    from ops.bench.runner import Bench
+
+
+class StubChannel(Channel):
+    """Commits at once: only the gate's database work is measured."""
+
+    name = "stub"
+
+    def perform(self, spec: ActionSpec, payload: dict, key: str) -> CallResult:
+        return CallResult(EffectState.COMMITTED, external_ref="stub-1")
+
+
+def payload(i: int) -> dict:
+    return {"ticket": f"G-{i}", "body": {"to": f"g{i}@example.com", "subject": "Re: your request",
+                                          "body": "Thank you for writing; here is our answer. " * 4}}
+
+
+def run(bench: Bench) -> None:
+    n = bench.sizes.gate_ops
+    bench.log(f"== 2 gate: {n} effects per variant, vs one INSERT + one UPDATE (each its own transaction)")
+    _floor_table()
+    run_id = hashlib.sha256(str(time.time()).encode()).hexdigest()[:8]
+    task, items = _owners(n)
+    variants = _variants(run_id, task, items)
+    if connection.vendor == "postgresql":  # data-modifying CTEs: PostgreSQL only
+        variants.update(ledger_writes_by_hand(run_id))
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    block = max(min(50, n // 4), 1)
+    for fn in variants.values():  # warm-up: connection, caches
+        fn(n)
+    with profile_section(bench, "gate", "the gate"):
+        done = 0
+        while done < n:
+            upto = min(done + block, n)
+            for k, fn in variants.items():
+                for i in range(done, upto):
+                    t = time.perf_counter()
+                    fn(i)
+                    times[k].append(time.perf_counter() - t)
+            done = upto
+    Item.objects.filter(task=task).update(status=ItemStatus.DONE, lease_token="", lease_expires_at=None)
+    _record(bench, times, n)
+
+
+def _floor_table() -> None:
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, "
+                        "key varchar(64) NOT NULL UNIQUE, state varchar(16) NOT NULL, payload jsonb NOT NULL, "
+                        "updated_at timestamptz NOT NULL)")
+        else:
+            cur.execute("CREATE TABLE IF NOT EXISTS bench_floor (id integer PRIMARY KEY AUTOINCREMENT, "
+                        "key varchar(64) NOT NULL UNIQUE, state varchar(16) NOT NULL, payload text NOT NULL, "
+                        "updated_at timestamp NOT NULL)")
+        cur.execute("DELETE FROM bench_floor")
+
+
+def _owners(n: int) -> tuple[Task, list[Item]]:
+    """Owners for the "as wired" variant: a real task and running items with a lease."""
+    task = Task.objects.create(name="bench gate", status=TaskStatus.COMPLETED, allow_auto_close=True)
+    lease_until = timezone.now() + dt.timedelta(days=1)
+    items = Item.objects.bulk_create([
+        Item(task=task, row=i + 2, ticket_id=f"G-{i}", customer_email=f"g{i}@example.com", subject="Gate",
+             body="gate bench", status=ItemStatus.RUNNING, lease_token="bench-gate", lease_owner="bench",
+             lease_expires_at=lease_until) for i in range(n + 1)])
+    return task, items
+
+
+def _variants(run_id: str, task: Task, items: list[Item]) -> dict[str, Callable[[int], None]]:
+    stub = StubChannel()
+    vendor = connection.vendor
+
+    def floor(i: int) -> None:
+        with connection.cursor() as cur:
+            cur.execute("INSERT INTO bench_floor (key, state, payload, updated_at) VALUES (%s, 'intent', %s, %s)"
+                        + (" RETURNING id" if vendor == "postgresql" else ""),
+                        [f"{run_id}-{i}", json.dumps(payload(i)), timezone.now()])
+            row_id = cur.fetchone()[0] if vendor == "postgresql" else cur.lastrowid
+            cur.execute("UPDATE bench_floor SET state = 'committed', updated_at = %s WHERE id = %s",
+                        [timezone.now(), row_id])
+
+    def gate_only(i: int) -> None:
+        effect_run(action="notify_customer", payload=payload(i), owner_task=f"bench-{run_id}",
+                   owner_item=f"g{i}", owner_step="notify_customer", lease_token="bench", channel=stub)
+
+    def gate_wired(i: int) -> None:
+        item = items[i]
+        run = ItemRun(item=item, token="bench-gate", cursor=0, outputs={})  # the pipeline's fence: lock, read
+        effect_run(action="notify_customer", payload=payload(i), owner_task=str(task.pk), owner_item=str(item.pk),
+                   owner_step="notify_customer", lease_token="bench-gate", fence=lambda: hold(run), channel=stub)
+
+    return {"floor": floor, "gate": gate_only, "wired": gate_wired}
+
+
+def _record(bench: Bench, times: dict[str, list[float]], n: int) -> None:
+    med = {k: statistics.median(v) * 1000 for k, v in times.items()}
+    p95 = {k: percentile(v, 95) * 1000 for k, v in times.items()}
+    bench.results.raw["gate"] = {"median_ms": med, "p95_ms": p95, "n": n}
+    for k in times:
+        bench.log(f"  {k:6s}: median {med[k]:.2f} ms, p95 {p95[k]:.2f} ms")
+    r1, r2 = med["gate"] / med["floor"], med["wired"] / med["floor"]
+    bench.results.add("2", "per effect: gate (ledger only) vs floor (INSERT + UPDATE)",
+                      f"{med['gate']:.2f} vs {med['floor']:.2f} ms median = **{r1:.2f}×**", "≤ 1.5×", r1 <= 1.5)
+    bench.results.add("2", "per effect: gate as the pipeline calls it (fence + events) vs floor",
+                      f"{med['wired']:.2f} vs {med['floor']:.2f} ms median = **{r2:.2f}×**", "≤ 1.5×", r2 <= 1.5)
+    for k, label in (("raw", "reference: the gate's own ledger rows by hand, no ORM, a transaction per phase"),
+                     ("single", "reference: the same rows, one statement per phase (no transaction block)")):
+        if k in med:
+            bench.results.add("2", label, f"{med[k]:.2f} vs {med['floor']:.2f} ms median = "
+                              f"**{med[k] / med['floor']:.2f}×**")
+
+
+def ledger_writes_by_hand(run_id: str) -> dict[str, Callable[[int], None]]:
+    """Figure 2's reference variants: the rows the gate writes for a new
+    effect (the effect, its intent transition; the outcome, its transition)
+    without the ORM -- as the gate does it, one transaction per phase, and as
+    one statement per phase (a data-modifying CTE, which commits by itself).
+    They tell what the target would take; the product does not use them."""
+    fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
+    qn = connection.ops.quote_name
+    insert = (f"INSERT INTO {qn(Effect._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+              f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id")
+    into = f"INSERT INTO {qn(EffectTransition._meta.db_table)} (effect_id, from_state, to_state, actor, note, at)"
+    transition = f"{into} VALUES (%s, %s, %s, %s, %s, %s)"
+    transition_of_e = f"{into} SELECT id, %s, %s, %s, %s, %s FROM e"
+    outcome = (f"UPDATE {qn(Effect._meta.db_table)} SET state = %s, external_ref = %s, last_error = '', "
+               "updated_at = %s WHERE id = %s AND state = %s AND lease_token = %s RETURNING id")
+
+    def intent_row(kind: str, i: int) -> tuple[list, str]:
+        body = payload(i)
+        p_hash = payload_hash(body)
+        owner = f"bench-{kind}-{run_id}"
+        effect = Effect(
+            idempotency_key=idempotency_key(owner_task=owner, owner_item=f"g{i}", owner_step="notify_customer",
+                                            action="notify_customer", p_hash=p_hash),
+            slot=f"{owner}/g{i}/notify_customer/notify_customer", action="notify_customer", effect_class="once",
+            channel="stub", state=EffectState.INTENT, attempts=1, owner_task=owner, owner_item=f"g{i}",
+            owner_step="notify_customer", lease_token="bench", payload=body, payload_hash=p_hash,
+            payload_summary=summarize(body), intent_at=timezone.now())
+        return [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields], effect.payload_summary
+
+    def by_hand(i: int) -> None:
+        values, summary = intent_row("raw", i)
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(insert, values)
+            effect_id = cur.fetchone()[0]
+            cur.execute(transition, [effect_id, "", EffectState.INTENT, "bench", summary, timezone.now()])
+        with transaction.atomic(), connection.cursor() as cur:
+            now = timezone.now()
+            cur.execute(outcome, [EffectState.COMMITTED, "stub-1", now, effect_id, EffectState.INTENT, "bench"])
+            cur.fetchone()
+            cur.execute(transition, [effect_id, EffectState.INTENT, EffectState.COMMITTED, "bench", "stub-1", now])
+
+    def one_statement(i: int) -> None:
+        values, summary = intent_row("single", i)
+        with connection.cursor() as cur:
+            cur.execute(f"WITH e AS ({insert}) {transition_of_e} RETURNING effect_id",
+                        [*values, "", EffectState.INTENT, "bench", summary, timezone.now()])
+            effect_id = cur.fetchone()[0]
+            now = timezone.now()
+            cur.execute(f"WITH e AS ({outcome}) {transition_of_e} RETURNING effect_id",
+                        [EffectState.COMMITTED, "stub-1", now, effect_id, EffectState.INTENT, "bench",
+                         EffectState.INTENT, EffectState.COMMITTED, "bench", "stub-1", now])
+            cur.fetchone()
+
+    return {"raw": by_hand, "single": one_statement}

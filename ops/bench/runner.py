@@ -1,0 +1,108 @@
+"""The benchmark run (`manage.py bench`): what the figures share, the chosen sections in order, the results.
+
+Every figure is a ratio or a distribution taken in the same run, so a busy
+machine slows both sides of a comparison alike. Nothing here asserts a
+time: the table says which targets were met.
+
+Sections (names for `--only`), one module each:
+
+    overhead   durable pipeline vs a naive RQ job, 1/2/4 workers (items/s, ratio)
+    gate       time per effect through the gate vs one INSERT + one UPDATE
+    latency    throughput against a model answering in 1 s, RSS per worker
+    kill       SIGKILL of a worker mid-item -> the item runs again elsewhere
+    dashboard  p50/p95 server time of four pages over 100k items / 300k effects
+    dryrun     dry-run of a 10k-item task
+    replay     replay of 100k events
+
+The runner uses the configured database and Redis as they are: the command
+(`ops/management/commands/bench.py`) is what points them at a dedicated
+bench database and Redis DB first.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from ops.bench import dashboard, dataset, dryrun, gate, kill, latency, overhead, replay
+from ops.bench.children import BenchProcesses
+from ops.bench.machine import cpu_probe, load_average, machine_info
+from ops.bench.results import Results
+from ops.bench.sizes import Sizes
+from ops.processes import database_url
+
+SECTIONS = ("overhead", "gate", "latency", "kill", "dashboard", "dryrun", "replay")
+DATASET_SECTIONS = ("dashboard", "dryrun", "replay")
+RUN = {"overhead": overhead.run, "gate": gate.run, "latency": latency.run, "kill": kill.run,
+       "dashboard": dashboard.run, "dryrun": dryrun.run, "replay": replay.run}
+
+
+class Bench:
+    """One run: its sizes, its sections, the processes it started and the results."""
+
+    def __init__(self, *, sizes: Sizes, only=SECTIONS, out=sys.stdout, profile: set[str] | None = None,
+                 reuse_dataset: bool = False, seed: int = 7):
+        self.sizes = sizes
+        self.only = tuple(s for s in SECTIONS if s in only)
+        self.out = out
+        self.profile = profile or set()
+        self.reuse_dataset = reuse_dataset
+        self.rng = random.Random(seed)
+        self.results = Results(sizes=sizes)
+        self.workdir = Path(tempfile.mkdtemp(prefix="ticketagent-bench-"))
+        self.profile_dir = Path(settings.VAR_DIR) / "bench"
+        env = {k: v for k, v in os.environ.items()}
+        env.update({
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "ticketagent.settings"),
+            "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL, "RQ_QUEUE": settings.RQ_QUEUE,
+            "PYTHONUNBUFFERED": "1", "OPENAI_API_KEY": "",
+            "NO_PROXY": "127.0.0.1,localhost",
+        })
+        self.procs = BenchProcesses(self.workdir, env)
+        self.sandbox_url = ""
+
+    def log(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def run(self) -> Results:
+        started = time.monotonic()
+        self.results.machine = machine_info()
+        self.log(f"bench ({self.sizes.name}): {', '.join(self.only)}; logs in {self.workdir}")
+        try:
+            self.flush_redis()
+            if any(s in self.only for s in DATASET_SECTIONS):
+                dataset.load(self)
+            else:
+                dataset.clear_runs()
+            if {"overhead", "latency", "kill"} & set(self.only):
+                self._start_sandbox()
+            for section in self.only:
+                RUN[section](self)
+        finally:
+            self.procs.stop()
+            self.flush_redis()
+        self.results.machine["load average at end"] = load_average()
+        self.results.machine["one core, 10M-step Python loop, at end"] = cpu_probe()
+        self.results.seconds = time.monotonic() - started
+        return self.results
+
+    def _start_sandbox(self) -> None:
+        url, smtp_port = self.procs.start_sandbox()
+        self.sandbox_url = url
+        self.procs.env.update({"HELPDESK_URL": url, "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(smtp_port)})
+        settings.HELPDESK_URL, settings.EMAIL_PORT = url, smtp_port
+
+    def flush_redis(self) -> None:
+        import redis
+
+        try:
+            redis.Redis.from_url(settings.REDIS_URL).flushdb()
+        except redis.RedisError as exc:
+            self.log(f"  (could not flush the bench Redis DB: {exc})")

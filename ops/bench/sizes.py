@@ -1,0 +1,38 @@
+"""How big each benchmark figure runs: the quick, full and tiny presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    name: str
+    overhead_items: int = 80
+    overhead_workers: tuple[int, ...] = (1, 2, 4)
+    gate_ops: int = 300
+    latency_workers: tuple[int, ...] = (1, 2, 4)
+    latency_items: int = 0  # 0: latency_per_worker x W
+    latency_per_worker: int = 5
+    latency_fork_items: int = 0  # the forking workers' run; 0: latency_per_worker x W
+    latency_per_worker_item: int = 15  # the "1 s per item" reading (items take 1 s, not 3)
+    model_latency: float = 1.0
+    kill_rounds: int = 3
+    dataset_items: int = 100_000
+    dataset_big_task: int = 10_000
+    dataset_task_size: int = 1_000
+    effects_per_item: int = 3
+    replay_events: int = 100_000
+    dashboard_requests: int = 30
+    dryrun_repeats: int = 5
+    replay_repeats: int = 1
+
+
+QUICK = Sizes("quick")
+FULL = Sizes("full", overhead_items=300, gate_ops=2000, latency_workers=(4, 8, 16), latency_items=1000,
+             latency_fork_items=200, kill_rounds=10, dashboard_requests=100, dryrun_repeats=10, replay_repeats=3)
+# For the smoke test only: everything, tiny.
+TINY = Sizes("tiny", overhead_items=4, overhead_workers=(1,), gate_ops=10, latency_workers=(1,), latency_per_worker=1,
+             latency_per_worker_item=1, model_latency=0.05, kill_rounds=1, dataset_items=300, dataset_big_task=100,
+             dataset_task_size=50, replay_events=800, dashboard_requests=3, dryrun_repeats=2, replay_repeats=1)
+SIZES = {s.name: s for s in (QUICK, FULL, TINY)}

@@ -1,0 +1,63 @@
+"""The kill test's verdict: what the sandbox received, per effect key, against the ledger."""
+
+from collections import Counter
+
+from ledger.models import BlockedDuplicate, Effect, EffectState
+from ops.killtest.report import Report
+from sandbox.client import SandboxClient
+from ticketagent.models import Event, EventType, ItemStatus, Task
+
+
+def all_deliveries(sandbox: SandboxClient) -> Counter:
+    return Counter(d["key"] for d in sandbox.deliveries(limit=1_000_000) if d.get("key"))
+
+
+def check_deliveries(effects: dict, deliveries: Counter, report: Report, where: str) -> None:
+    for key, n in deliveries.items():
+        effect = effects.get(key)
+        if effect is None:
+            report.problems.append(f"{where}: delivery with key {key[:12]} has no ledger row")
+            continue
+        if n > 1 and effect.effect_class in ("once", "irreversible"):
+            report.duplicates += n - 1
+            report.problems.append(f"{where}: {effect.action} for item {effect.owner_item} delivered {n} times")
+        if effect.state != EffectState.COMMITTED:
+            report.problems.append(f"{where}: {effect.action} item {effect.owner_item} was delivered but the "
+                                   f"ledger says {effect.state}")
+
+
+def check_run(task_ids: list[int], sandbox: SandboxClient, report: Report) -> None:
+    """At the end: deliveries that arrived after their round was checked must
+    still match the ledger."""
+    effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task__in=[str(t) for t in task_ids])}
+    deliveries = all_deliveries(sandbox)
+    final = Report()
+    check_deliveries(effects, deliveries, final, "whole run")
+    seen = {p.split(": ", 1)[1] for p in report.problems}
+    report.problems += [p for p in final.problems if p.split(": ", 1)[1] not in seen]
+    report.duplicates = max(report.duplicates, final.duplicates)
+    report.delivered = sum(deliveries.values())
+
+
+def check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:
+    effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task=str(task.pk))}
+    deliveries = Counter({k: n for k, n in all_deliveries(sandbox).items() if k in effects})
+    report.items += task.items.count()
+    check_deliveries(effects, deliveries, report, f"task {task.pk}")
+    for key, effect in effects.items():
+        if effect.state == EffectState.COMMITTED and key not in deliveries:
+            report.problems.append(f"task {task.pk}: {effect.action} item {effect.owner_item} committed but never "
+                                   "delivered")
+        if effect.state == EffectState.INTENT:
+            report.problems.append(f"task {task.pk}: {effect.action} item {effect.owner_item} left in intent")
+    not_done = task.items.exclude(status=ItemStatus.DONE)
+    if not_done.exists():
+        report.lost_items += not_done.count()
+        sample = ", ".join(f"{i.ticket_id}={i.status}" for i in not_done[:5])
+        report.problems.append(f"task {task.pk}: {not_done.count()} item(s) not done ({sample}); "
+                               f"task is {task.status}")
+    report.committed += sum(1 for e in effects.values() if e.state == EffectState.COMMITTED)
+    report.delivered += sum(deliveries.values())
+    report.reconciled += sum(1 for e in effects.values() if e.resolved_by == "reconcile")
+    report.resumes += Event.objects.filter(task=task, type=EventType.RESUMED).count()
+    report.blocked += BlockedDuplicate.objects.filter(owner_task=str(task.pk)).count()

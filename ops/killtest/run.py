@@ -1,0 +1,180 @@
+"""The kill test's rounds: start the sandbox and the workers, drive each task to an end while killing."""
+
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from ledger.models import Effect, EffectState
+from ledger.services import effect_review, reconcile_not_before
+from ops.killtest.checks import check_round, check_run
+from ops.killtest.pool import WorkerPool
+from ops.killtest.report import Report
+from ops.processes import Processes, Sandbox, database_url, start_sandbox
+from ops.samples import ticket_rows
+from sandbox.client import SandboxClient
+from ticketagent.models import ItemStatus, Task, TaskStatus
+from ticketagent.services import ServiceError
+from ticketagent.services.resume import task_resume
+from ticketagent.services.tasks import task_create
+
+FAST_ENV = {
+    "LEASE_SECONDS": "2",
+    "HEARTBEAT_SECONDS": "0.4",
+    "RECOVER_INTERVAL_SECONDS": "0.3",
+    "REQUEUE_GRACE_SECONDS": "1.5",
+    "HELPDESK_CONNECT_TIMEOUT": "1",
+    "HELPDESK_READ_TIMEOUT": "2",
+    "EMAIL_TIMEOUT": "2",
+    "OPENAI_API_KEY": "",
+}
+
+
+def _play_operator(task: Task, sandbox: SandboxClient, report: Report) -> None:
+    """For unknown effects on channels without look-up: ask the oracle."""
+    now = timezone.now()
+    for effect in Effect.objects.filter(owner_task=str(task.pk), state=EffectState.UNKNOWN, channel="email"):
+        if now < reconcile_not_before(effect):
+            continue  # the call it guards may still be in flight
+        happened = bool(sandbox.deliveries(key=effect.idempotency_key))
+        effect_review(effect_id=effect.pk, verdict="happened" if happened else "not_happened",
+                      reason="kill test: the sandbox (oracle) was asked", actor="killtest")
+        report.reviewed += 1
+
+
+def _inject_faults(kinds: set[str], rng: random.Random, report: Report, redis_conn) -> None:
+    if "redis" in kinds and rng.random() < 0.5:
+        redis_conn.flushdb()  # the queue's database only: a shared Redis keeps its other data
+        report.faults["redis flush"] += 1
+    if "postgres" in kinds and connection.vendor == "postgresql" and rng.random() < 0.5:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        report.faults["postgres terminate"] += 1
+
+
+@dataclass
+class Harness:
+    """What a round is driven with."""
+
+    pool: WorkerPool
+    sandbox: SandboxClient
+    rng: random.Random
+    report: Report
+    faults: set[str]
+    redis_conn: object
+    timeout: float
+    kill_every: tuple[float, float]
+
+
+def _drive_round(task: Task, h: Harness) -> None:
+    """Kill, inject faults and play the operator until the task completes or
+    the round's time is up (killing stops after a third of it, so the round
+    can settle)."""
+    deadline = time.monotonic() + h.timeout
+    next_kill = time.monotonic() + h.rng.uniform(*h.kill_every)
+    next_fault = time.monotonic() + h.rng.uniform(1.0, 3.0)
+    calm_after = time.monotonic() + h.timeout / 3
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if now < calm_after and now >= next_kill:
+            h.pool.kill_random()
+            next_kill = now + h.rng.uniform(*h.kill_every)
+        if h.faults and now < calm_after and now >= next_fault:
+            try:
+                _inject_faults(h.faults, h.rng, h.report, h.redis_conn)
+            except Exception as exc:  # noqa: BLE001 - a fault that fails to inject is not a finding
+                print(f"fault injection failed: {exc}", file=sys.stderr)
+            connection.close()
+            next_fault = now + h.rng.uniform(1.0, 3.0)
+        h.pool.restart_dead()
+        if _tend(task, h):
+            return
+        time.sleep(0.2)
+
+
+def _tend(task: Task, h: Harness) -> bool:
+    """Play the operator for the task once; True when it has completed."""
+    try:
+        task.refresh_from_db()
+        _play_operator(task, h.sandbox, h.report)
+        if task.status in (TaskStatus.SUSPENDED, TaskStatus.PAUSED) or (
+                task.status == TaskStatus.NEEDS_REVIEW and task.items.filter(status=ItemStatus.FAILED).exists()):
+            try:
+                task_resume(task_id=task.pk, actor="killtest")
+            except ServiceError:
+                pass
+        elif task.status == TaskStatus.COMPLETED:
+            return True
+    except Exception as exc:  # noqa: BLE001 - e.g. our own connection was terminated by a fault
+        print(f"driver: {type(exc).__name__}: {exc}", file=sys.stderr)
+        connection.close()
+    return False
+
+
+def _run_rounds(h: Harness, *, rounds: int, items: int, seed: int, channel: str, out) -> None:
+    task_ids = []
+    for round_no in range(1, rounds + 1):
+        task = task_create(rows=ticket_rows(items, f"K{round_no}", h.rng),
+                           name=f"kill test round {round_no} (seed {seed})", allow_auto_close=True,
+                           notify_channel=channel, failure_threshold=items + 1)
+        _drive_round(task, h)
+        # let in-flight work settle before counting
+        time.sleep(0.5)
+        task.refresh_from_db()
+        task_ids.append(task.pk)
+        check_round(task, h.sandbox, h.report)
+        h.report.rounds += 1
+        out.write(f"round {round_no}/{rounds}: task {task.pk} {task.status}, "
+                  f"{len(h.report.problems)} problem(s) so far\n")
+        out.flush()
+    time.sleep(2)  # anything still in flight lands before the last look
+    check_run(task_ids, h.sandbox, h.report)
+
+
+def child_env(sandbox: Sandbox) -> dict:
+    """The workers' and the sweep's environment: this database and queue, the sandbox, short leases."""
+    return {**os.environ, **FAST_ENV, "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL,
+            "RQ_QUEUE": settings.RQ_QUEUE, "HELPDESK_URL": sandbox.url, "EMAIL_HOST": "127.0.0.1",
+            "EMAIL_PORT": str(sandbox.smtp_port), "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "ticketagent.settings")}
+
+
+def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_keys: str = "honor",
+                 channel: str = "helpdesk", faults: set[str] | None = None, crash_probability: float = 0.1,
+                 round_timeout: float = 120.0, kill_every: tuple[float, float] = (0.5, 2.0),
+                 worker_command: list[str] | None = None, out=sys.stdout) -> Report:
+    """Run the kill test. `worker_command` starts one worker (default:
+    `manage.py worker`); the self-test passes one with a broken gate."""
+    import redis
+
+    rng = random.Random(seed)
+    report = Report()
+    started = time.monotonic()
+    procs = Processes(log_dir=Path(tempfile.mkdtemp(prefix="killtest-")))
+    pool = WorkerPool(procs, workers=workers, rng=rng, crash_probability=crash_probability,
+                      worker_command=worker_command or [sys.executable, "manage.py", "worker"])
+    try:
+        sandbox = start_sandbox(procs, db=procs.log_dir / "sandbox.sqlite3", ignore_keys=sandbox_keys == "ignore")
+        procs.env = child_env(sandbox)
+        settings.HELPDESK_URL, settings.EMAIL_PORT = sandbox.url, sandbox.smtp_port
+        client = SandboxClient(sandbox.url)
+        pool.start()
+        client.set_faults(honor_keys=sandbox_keys == "honor")
+        harness = Harness(pool, client, rng, report, faults or set(), redis.Redis.from_url(settings.REDIS_URL),
+                          round_timeout, kill_every)
+        _run_rounds(harness, rounds=rounds, items=items, seed=seed, channel=channel, out=out)
+    finally:
+        procs.stop()
+    report.kills = pool.crash_counts()
+    report.kills["wall-clock"] = pool.wall_kills
+    report.worker_starts = pool.modes
+    report.seconds = time.monotonic() - started
+    return report

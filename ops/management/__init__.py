@@ -1,0 +1,1 @@
+"""The operational tools' management commands: `killtest` and `bench`."""

@@ -1,0 +1,1 @@
+"""`manage.py killtest` and `manage.py bench`."""
