@@ -69,7 +69,7 @@ QUEUE = "Support"
 OTHER_QUEUE = "Escalations"
 CF_NAME = "IdempotencyKey"
 
-# name -> (password, rights in every queue) ; viewer/replier only in QUEUE.
+# name -> (password, rights, the queues they hold in)
 AGENT_RIGHTS = (
     "SeeQueue ShowTicket ShowTicketComments CreateTicket ReplyToTicket CommentOnTicket ModifyTicket "
     "OwnTicket TakeTicket StealTicket SeeCustomField ModifyCustomField SetInitialCustomField"
@@ -84,6 +84,9 @@ USERS = {
     # may reply and comment but may not see or set custom fields
     "replier": ("replier-pass-123", "SeeQueue ShowTicket ShowTicketComments CreateTicket ReplyToTicket "
                 "CommentOnTicket", (QUEUE,)),
+    # as replier, and may see custom fields but not set them
+    "cfreader": ("cfreader-pass-123", "SeeQueue ShowTicket ShowTicketComments CreateTicket ReplyToTicket "
+                 "CommentOnTicket SeeCustomField", (QUEUE,)),
 }
 
 # Never route test traffic through a proxy from the environment.

@@ -118,14 +118,34 @@ def test_errors(rt_server):
 
 def test_a_reply_lands_without_its_key_when_the_custom_field_cannot_be_set(rt_server):
     """The custom field is set after the reply is stored and mailed, and a
-    failure to set it does not fail the request."""
+    failure to set it does not fail the request; without ModifyCustomField the
+    answer even says "Custom fields updated"."""
     rt = rt_server
-    ticket = rt.create_ticket("No rights on the custom field")
-    key = _key()
-    answer = rt.post(f"/ticket/{ticket}/correspond",
-                     {"Content": f"Reply [key: {key}]", "ContentType": "text/plain", "TxnCustomFields": {CF_NAME: key}},
-                     user="replier")
-    assert answer.status == 201
-    assert answer.body == ["Correspondence added", f"Unable to load transaction custom field: {CF_NAME}"]
-    assert _search(rt, f"CF.{{{CF_NAME}}} = '{key}'") == []
-    assert len(_search(rt, f"Content LIKE '{key}'")) == 1
+    ticket = rt.create_ticket("No rights on the custom field", requestor="cy@example.com")
+    for user, second_message in (("replier", f"Unable to load transaction custom field: {CF_NAME}"),
+                                 ("cfreader", "Custom fields updated")):
+        key = _key()
+        answer = rt.post(f"/ticket/{ticket}/correspond",
+                         {"Content": f"Reply [key: {key}]", "ContentType": "text/plain",
+                          "TxnCustomFields": {CF_NAME: key}}, user=user)
+        assert (answer.status, answer.body) == (201, ["Correspondence added", second_message])
+        assert rt.get(f"/transaction/{_txn_id(answer)}").body["CustomFields"][0]["values"] == []
+        assert _search(rt, f"CF.{{{CF_NAME}}} = '{key}'") == []
+        assert len(_search(rt, f"Content LIKE '{key}'")) == 1
+        assert any(key in m.as_string() for m in rt.mails())
+
+
+def test_a_ticket_is_created_with_its_key_on_the_create_transaction(rt_server):
+    """Only the numeric form works on create; by name it is silently ignored."""
+    rt = rt_server
+    fields = rt.get(f"/queue/{rt.queue}").body["TicketTransactionCustomFields"]
+    cf_id = next(int(f["id"]) for f in fields if f["name"] == CF_NAME)
+    key, ignored = _key(), _key()
+    answer = rt.post("/ticket", {"Queue": rt.queue, "Subject": "Created with a key", "Requestor": "di@example.com",
+                                 "Content": "Hi", "ContentType": "text/plain",
+                                 f"Object-RT::Transaction--CustomField-{cf_id}": key,
+                                 "TxnCustomFields": {CF_NAME: ignored}})
+    assert answer.status == 201 and answer.location == f"/REST/2.0/ticket/{answer.body['id']}"
+    found = _search(rt, f"CF.{{{CF_NAME}}} = '{key}'")
+    assert [(t["Type"], t["ObjectId"]) for t in found] == [("Create", answer.body["id"])]
+    assert _search(rt, f"CF.{{{CF_NAME}}} = '{ignored}'") == []
