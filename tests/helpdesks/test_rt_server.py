@@ -99,6 +99,17 @@ def test_ticket_updates_answer_200_with_messages_even_when_nothing_happens(rt_se
     assert any(m["Subject"].startswith(f"[rt.test #{ticket}] Resolved:") for m in rt.mails())
 
 
+def test_an_owned_ticket_changes_owner_only_after_a_steal(rt_server):
+    rt = rt_server
+    ticket = rt.create_ticket("Whose is it")
+    path = f"/ticket/{ticket}"
+    assert rt.put(path, {"Owner": "tier2"}).body == [f"Ticket {ticket}: Owner changed from Nobody to tier2"]
+    refused = rt.put(path, {"Owner": "agent"})
+    assert (refused.status, refused.body) == (200, [f"Ticket {ticket}: You can only take tickets that are unowned"])
+    assert rt.put(f"{path}/steal", {}).body == ["Owner changed from tier2 to agent"]
+    assert rt.get(path).body["Owner"]["id"] == "agent"
+
+
 def test_errors(rt_server):
     rt = rt_server
     ticket = rt.create_ticket("Errors")
