@@ -15,11 +15,12 @@ How it is put together (every step is a fact checked against RT 5.0.3 on Debian 
   read or written.
 - The directory lives on /dev/shm when there is one (SQLite's fsyncs make the
   database setup three times slower on disk) and belongs to the user RT runs as:
-  ``www-data`` when we are root (RT refuses nothing as root, but the packaged
-  layout expects it), else ourselves.
+  ``www-data`` when we are root (as the package runs RT; a web server has no
+  business running as root), else ourselves (checked as ``nobody``).
 - ``$BcryptCost`` 4 is in the config before the database is set up: the cost is
   stored in each password hash, and at RT's default 12 every authenticated
-  request spends ~210 ms checking it.
+  request spends a quarter of a second checking it (measured: 270 ms against 31 ms
+  for ``GET /ticket/N``).
 - ``$MailCommand`` is a Perl sub appending each outgoing message to ``mail.mbox``
   (mbox format, under flock): RT mails the requestor on create, reply and resolve.
 - ``%FullTextSearch`` is enabled (unindexed): without it a ``Content LIKE`` search
@@ -69,11 +70,11 @@ QUEUE = "Support"
 OTHER_QUEUE = "Escalations"
 CF_NAME = "IdempotencyKey"
 
-# name -> (password, rights, the queues they hold in)
 AGENT_RIGHTS = (
     "SeeQueue ShowTicket ShowTicketComments CreateTicket ReplyToTicket CommentOnTicket ModifyTicket "
     "OwnTicket TakeTicket StealTicket SeeCustomField ModifyCustomField SetInitialCustomField"
 )
+# name -> (password, rights, the queues they hold them in)
 USERS = {
     # the account the product acts as
     "agent": ("agent-pass-123", AGENT_RIGHTS, ("General", QUEUE, OTHER_QUEUE)),
@@ -359,6 +360,7 @@ def start_rt_server(*, port: int | None = None, workers: int = 4, timeout: float
     as_user = pwd.getpwnam(RT_USER) if os.geteuid() == 0 else None
     port = port or _free_port()
     root = _make_root()
+    server = None
     try:
         _write_files(root, port, as_user)
         _setup_database(root, as_user)
@@ -375,7 +377,7 @@ def start_rt_server(*, port: int | None = None, workers: int = 4, timeout: float
                 start_new_session=True)
         _wait_ready(server, timeout)
     except BaseException:
-        if "server" in locals() and server.process is not None:
+        if server is not None and server.process is not None:
             _stop_group(server.process)
         shutil.rmtree(root, ignore_errors=True)
         raise
