@@ -1,0 +1,24 @@
+"""A real Request Tracker 5 server for the helpdesk tests (one per test session).
+
+Skips (or, with TICKETAGENT_REQUIRE_ALL=1, fails) when RT is not installed; an
+installed RT that cannot start is an error, never a skip.
+"""
+
+import pytest
+
+from tests.conftest import skip_or_fail
+from tests.helpdesks.rt_server import rt_missing, start_rt_server, stop_rt_server
+
+
+@pytest.fixture(scope="session")
+def rt_server():
+    """The running RT (tests/helpdesks/rt_server.py RTServer): ``base_url``,
+    ``rest_url``, ``user``/``password`` (the agent account), ``users``, ``queue``,
+    ``queues``, ``mail_path``, ``mails()``, ``create_ticket()`` and
+    ``get``/``post``/``put`` for REST2 calls."""
+    missing = rt_missing()
+    if missing:
+        skip_or_fail(missing)
+    server = start_rt_server()
+    yield server
+    stop_rt_server(server)
