@@ -5,7 +5,7 @@ puts one in a worker). Never wired into the product."""
 from django.utils import timezone
 
 from ledger.actions import action_spec
-from ledger.channels import get_channel
+from ledger.channels.registry import get_channel
 from ledger.faults import crash_point
 from ledger.gate import GateResult, idempotency_key, payload_hash, slot_for, summarize
 from ledger.models import Effect, EffectState

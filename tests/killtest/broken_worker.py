@@ -23,9 +23,9 @@ def main(argv: list[str]) -> int:
     from django.core.management import call_command
 
     from tests.killtest.broken_gates import GATES
-    from ticketagent import services
+    from ticketagent.pipeline import steps
 
-    services.effect_run = GATES[args.gate]
+    steps.effect_run = GATES[args.gate]
     call_command("worker")
     return 0
 
