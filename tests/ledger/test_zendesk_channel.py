@@ -5,6 +5,7 @@ import json
 import time
 
 import pytest
+from django.urls import reverse
 
 from ledger.actions import action_spec
 from ledger.channels.redact import redact
@@ -387,3 +388,11 @@ def test_an_action_the_channel_does_not_know_fails_without_a_request(zd, ticket)
                                       "k" * 64)
     assert result.state == EffectState.FAILED and "no mapping" in result.error
     assert zd.logged() == []
+
+
+def test_the_effect_classes_page_shows_zendesks_abilities(zd, client, bob):
+    client.force_login(bob)
+    page = client.get(reverse("effect-classes")).content.decode()
+    assert "audit metadata of the ticket update" in page
+    assert "the ticket&#x27;s audits, every page" in page or "the ticket's audits, every page" in page
+    assert zd.logged() == [], "showing the abilities calls nothing"
