@@ -261,6 +261,9 @@ class ZendeskChannel(Channel):
             return None, str(exc)
         if answer.status == 200:
             return answer.json(None), ""
+        if 300 <= answer.status < 400:
+            return None, (f"Zendesk redirected {what} (HTTP {answer.status}) to {answer.header('location')}: "
+                          f"set HELPDESK_URL to https://<subdomain>.zendesk.com")
         if 400 <= answer.status < 500:
             return None, refusal(answer, what=what, thing=thing, max_wait=self.config.max_wait)
         return None, f"Zendesk answered HTTP {answer.status} to {what}: {error_text(answer)}"

@@ -11,9 +11,10 @@ from ledger.actions import action_spec
 from ledger.channels.redact import redact
 from ledger.channels.registry import get_channel, lookup_channel_names
 from ledger.channels.zendesk import DRAFT_MARK, KEY_FIELD, ZendeskChannel
+from ledger.faults import SimulatedCrash, arm
 from ledger.gate import effect_run
-from ledger.models import EffectState
-from ledger.services import effect_reconcile
+from ledger.models import Effect, EffectState
+from ledger.services import effect_reconcile, effects_mark_unknown
 from tests.fakes.zendesk_server import FakeZendesk, use_fake_zendesk
 
 from ..conftest import wait_for
@@ -193,6 +194,30 @@ def test_a_timeout_is_unknown_and_the_late_write_is_found(zd, ticket, settings):
     assert "timed out" in result.effect.last_error.lower() or "timeout" in result.effect.last_error.lower()
     wait_for(lambda: len(zd.state.agent_replies(ticket)) == 1, timeout=5, message="the late write")
     assert effect_reconcile(effect_id=result.effect.pk, force=True).state == EffectState.COMMITTED
+
+
+def test_a_worker_killed_between_the_call_and_the_outcome_is_reconciled_by_key(zd, ticket):
+    arm("after_call")
+    with pytest.raises(SimulatedCrash):
+        run("notify_customer", ticket, REPLY)
+    assert Effect.objects.get().state == EffectState.INTENT
+    [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died")
+    assert effect.state == EffectState.UNKNOWN
+    effect = effect_reconcile(effect_id=effect.pk, force=True)
+    assert effect.state == EffectState.COMMITTED and effect.verdict == "happened"
+    assert run("notify_customer", ticket, REPLY, lease_token="worker-b").called is False
+    assert len(zd.state.agent_replies(ticket)) == 1
+
+
+def test_a_worker_killed_before_the_call_is_found_absent_and_retried_once(zd, ticket):
+    arm("after_intent")
+    with pytest.raises(SimulatedCrash):
+        run("notify_customer", ticket, REPLY)
+    [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died")
+    effect = effect_reconcile(effect_id=effect.pk, force=True)
+    assert effect.state == EffectState.FAILED and effect.verdict == "not_happened"
+    assert run("notify_customer", ticket, REPLY, lease_token="worker-b").state == EffectState.COMMITTED
+    assert len(zd.state.agent_replies(ticket)) == 1
 
 
 # --------------------------------------------------------------------------- look-up and pagination
