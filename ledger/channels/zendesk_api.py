@@ -8,8 +8,7 @@ goes through `ledger.channels.http.HttpClient`, so a caller still tells
 Facts of the API relied on here (Zendesk developer documentation):
 
 * Authentication with an API token is HTTP basic auth as
-  `{email}/token:{api_token}`; an OAuth access token goes in
-  `Authorization: Bearer` (https://developer.zendesk.com/api-reference/introduction/security-and-auth/).
+  `{email}/token:{api_token}` (https://developer.zendesk.com/api-reference/introduction/security-and-auth/).
 * Over the rate limit the API answers `429 Too Many Requests` with a
   `Retry-After` header: the seconds to wait before retrying
   (https://developer.zendesk.com/api-reference/introduction/rate-limits/).
@@ -50,7 +49,7 @@ class ZendeskConfig:
 
     url: str  # https://<subdomain>.zendesk.com
     user: str  # the agent's email address (API-token authentication)
-    token: str  # the API token (or an OAuth access token when `user` is empty)
+    token: str  # the API token
     connect_timeout: float
     read_timeout: float
     max_wait: float  # the longest Retry-After a request waits out before its one retry
@@ -69,11 +68,10 @@ class ZendeskConfig:
 
 
 def make_client(config: ZendeskConfig) -> HttpClient:
-    """An HTTP client with Zendesk's authentication: `{email}/token:{token}`, or a bearer token without an email."""
+    """An HTTP client with Zendesk's API-token authentication: basic auth as `{email}/token:{token}`."""
     return HttpClient(
         config.url, system="Zendesk", connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-        user=f"{config.user}/token" if config.user else "", password=config.token,
-        token="" if config.user else config.token, max_body=MAX_ANSWER_BYTES,
+        user=f"{config.user}/token", password=config.token, max_body=MAX_ANSWER_BYTES,
     )
 
 

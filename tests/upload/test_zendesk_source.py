@@ -132,6 +132,13 @@ def test_wrong_credentials_are_named_without_the_secret(zd, settings):
     assert "HTTP 401" in message and "HELPDESK_TOKEN" in message and "stale-token-31f0c9a2" not in message
 
 
+def test_missing_credentials_are_named_before_any_request(zd, settings):
+    settings.HELPDESK_USER = ""
+    with pytest.raises(SourceError, match="HELPDESK_USER .* and HELPDESK_TOKEN .* must both be set"):
+        fetch_tickets("late", limit=10)
+    assert zd.logged() == []
+
+
 def test_an_unreachable_server_is_named(zd, settings):
     settings.HELPDESK_URL = "http://127.0.0.1:9"
     with pytest.raises(SourceError, match=r"could not connect.*HELPDESK_URL=http://127.0.0.1:9"):

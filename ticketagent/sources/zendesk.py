@@ -50,8 +50,8 @@ def fetch_tickets(query: str, *, limit: int, config: ZendeskConfig | None = None
     if not query:
         raise SourceError("the Zendesk query is empty: give a view (view:<its id>) or a search, e.g. status<solved")
     config = config or ZendeskConfig.from_settings()
-    if not config.token:
-        raise SourceError("HELPDESK_TOKEN is not set: Zendesk needs an API token and HELPDESK_USER, the agent's email")
+    if not config.token or not config.user:
+        raise SourceError("HELPDESK_USER (the agent's email) and HELPDESK_TOKEN (an API token) must both be set")
     client = make_client(config)
     if query.lower().startswith("view:"):
         tickets, users = view_tickets(client, config, query[len("view:"):].strip(), limit)
