@@ -239,6 +239,13 @@ HELPDESK_PASSWORD = envstr("HELPDESK_PASSWORD")  # rt: password
 HELPDESK_CHECK_BEFORE_TASKS = envbool("HELPDESK_CHECK_BEFORE_TASKS", True)
 HELPDESK_CONNECT_TIMEOUT = envfloat("HELPDESK_CONNECT_TIMEOUT", 2.0, minimum=0.1)
 HELPDESK_READ_TIMEOUT = envfloat("HELPDESK_READ_TIMEOUT", 5.0, minimum=0.1)
+# Zendesk only (HELPDESK_KIND=zendesk; docs/channels.md "Zendesk Support API"):
+# the group and priority the escalate action sets (0 / "keep": leave as is),
+# and the longest Retry-After a request waits out before its one retry.
+ZENDESK_ESCALATION_GROUP_ID = envint("ZENDESK_ESCALATION_GROUP_ID", 0, minimum=0)
+ZENDESK_ESCALATION_PRIORITY = envchoice("ZENDESK_ESCALATION_PRIORITY", "high",
+                                        ("keep", "low", "normal", "high", "urgent"))
+ZENDESK_RATE_LIMIT_MAX_WAIT = envfloat("ZENDESK_RATE_LIMIT_MAX_WAIT", 5.0, minimum=0.0)
 EMAIL_BACKEND = envstr("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = envstr("EMAIL_HOST", "127.0.0.1")
 EMAIL_PORT = envint("EMAIL_PORT", 8026, minimum=1)

@@ -7,6 +7,7 @@ outcome text is redacted before it leaves the channel. The project may name
 more secret settings in settings.SECRET_SETTINGS.
 """
 
+import base64
 import re
 from urllib.parse import unquote, urlsplit
 
@@ -43,6 +44,22 @@ def _url_password(value: str) -> str:
         return ""
 
 
+def _basic_credentials() -> set[str]:
+    """What an `Authorization: Basic` header carries for the configured helpdesk user, base64-encoded:
+    `{user}:{password}` and Zendesk's API-token form `{email}/token:{token}`. A server that echoes the
+    header's value without its name would otherwise leak a usable credential."""
+    user = getattr(settings, "HELPDESK_USER", "")
+    if not isinstance(user, str) or not user:
+        return set()
+    pairs = []
+    for name, form in (("HELPDESK_PASSWORD", "{user}:{secret}"), ("HELPDESK_TOKEN", "{user}/token:{secret}")):
+        secret = getattr(settings, name, "")
+        if isinstance(secret, str) and secret:
+            pairs.append(form.format(user=user, secret=secret))
+    encoded = {base64.b64encode(pair.encode()).decode() for pair in pairs}
+    return encoded | {value.rstrip("=") for value in encoded}
+
+
 def secret_values() -> list[str]:
     """The configured secrets (longest first), from settings at call time."""
     names = dict.fromkeys((*_SECRET_SETTINGS, *getattr(settings, "SECRET_SETTINGS", ())))
@@ -56,6 +73,7 @@ def secret_values() -> list[str]:
             found.update({password, unquote(password)})
         elif "://" not in value:
             found.add(value)
+    found |= _basic_credentials()
     for db in getattr(settings, "DATABASES", {}).values():
         if db.get("PASSWORD"):
             found.add(str(db["PASSWORD"]))

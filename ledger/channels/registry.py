@@ -9,8 +9,9 @@ from django.conf import settings
 from ledger.channels.base import Channel, ChannelError
 from ledger.channels.rest import RestHelpdeskChannel
 from ledger.channels.smtp import EmailChannel
+from ledger.channels.zendesk import ZendeskChannel
 
-HELPDESK_KINDS: dict[str, type[Channel]] = {"rest": RestHelpdeskChannel}
+HELPDESK_KINDS: dict[str, type[Channel]] = {"rest": RestHelpdeskChannel, "zendesk": ZendeskChannel}
 CHANNEL_NAMES = ("helpdesk", "email")
 
 
