@@ -143,7 +143,7 @@ class Workers:
 def workers(transactional_db, queue, sandbox, tmp_path):
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "ticketagent.settings_test",
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "RQ_QUEUE": settings.RQ_QUEUE,
