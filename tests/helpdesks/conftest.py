@@ -6,13 +6,13 @@ installed RT that cannot start is an error, never a skip.
 
 import pytest
 
+from ops.rt_server import rt_missing, start_rt_server, stop_rt_server
 from tests.conftest import skip_or_fail
-from tests.helpdesks.rt_server import rt_missing, start_rt_server, stop_rt_server
 
 
 @pytest.fixture(scope="session")
 def rt_server():
-    """The running RT (tests/helpdesks/rt_server.py RTServer): ``base_url``,
+    """The running RT (ops/rt_server.py RTServer): ``base_url``,
     ``rest_url``, ``user``/``password`` (the agent account), ``users``, ``queue``,
     ``queues``, ``mail_path``, ``mails()``, ``create_ticket()`` and
     ``get``/``post``/``put`` for REST2 calls."""

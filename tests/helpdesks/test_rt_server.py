@@ -7,7 +7,7 @@ Each test uses its own ticket and its own keys: the server lives for the session
 import urllib.parse
 import uuid
 
-from tests.helpdesks.rt_server import CF_NAME
+from ops.rt_server import CF_NAME
 
 
 def _key() -> str:
