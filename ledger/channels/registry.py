@@ -8,9 +8,10 @@ from django.conf import settings
 
 from ledger.channels.base import Channel, ChannelError
 from ledger.channels.rest import RestHelpdeskChannel
+from ledger.channels.rt import RTChannel
 from ledger.channels.smtp import EmailChannel
 
-HELPDESK_KINDS: dict[str, type[Channel]] = {"rest": RestHelpdeskChannel}
+HELPDESK_KINDS: dict[str, type[Channel]] = {"rest": RestHelpdeskChannel, "rt": RTChannel}
 CHANNEL_NAMES = ("helpdesk", "email")
 
 
