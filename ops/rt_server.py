@@ -6,6 +6,7 @@
     server.mails()                      # what RT mailed, from the mail file
     stop_rt_process(server)             # RT is down; its database and port are kept
     start_rt_process(server)            # the same RT back on the same port
+    set_full_text(server, False)        # restarted without full-text search
     stop_rt_server(server)              # nothing left running, temp dir removed
 
 The helpdesk tests (fixture ``rt_server`` in tests/helpdesks/conftest.py) and
@@ -64,8 +65,8 @@ from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
 
-__all__ = ["RTAnswer", "RTServer", "RTServerError", "rt_missing", "start_rt_process", "start_rt_server",
-           "stop_rt_process", "stop_rt_server"]
+__all__ = ["RTAnswer", "RTServer", "RTServerError", "freeze_rt_process", "rt_missing", "set_full_text",
+           "start_rt_process", "start_rt_server", "stop_rt_process", "stop_rt_server"]
 
 RT_SERVER = Path("/usr/share/request-tracker5/libexec/rt-server")
 RT_SETUP = Path("/usr/sbin/rt-setup-database-5")
@@ -220,7 +221,7 @@ def _perl(value) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _site_config(root: Path, port: int) -> str:
+def _site_config(root: Path, port: int, *, full_text: bool = True) -> str:
     mbox = _perl(str(root / "mail.mbox"))
     return f"""# Written by ops/rt_server.py for one run.
 Set($rtname, 'rt.test');
@@ -235,7 +236,7 @@ Set($WebDomain, '127.0.0.1');
 Set($WebPort, {port});
 Set($WebPath, '');
 Set($BcryptCost, 4);
-Set(%FullTextSearch, Enable => 1, Indexed => 0);
+Set(%FullTextSearch, Enable => {int(full_text)}, Indexed => 0);
 Set($LogToSyslog, undef);
 Set($LogToFile, undef);
 Set($LogToSTDERR, 'warning');
@@ -404,11 +405,17 @@ def start_rt_server(*, port: int | None = None, workers: int = 4, timeout: float
     return server
 
 
-def stop_rt_process(server: RTServer) -> None:
-    """Take RT down (every process of its group), keeping its database, mail
-    file and port: `start_rt_process()` brings the same RT back."""
+def freeze_rt_process(server: RTServer) -> None:
+    """RT stops answering but closes nothing (SIGSTOP to its process group): connections are
+    still accepted, requests hang. `stop_rt_process(server, grace=0)` ends it."""
+    os.killpg(server.process.pid, signal.SIGSTOP)
+
+
+def stop_rt_process(server: RTServer, *, grace: float = 10) -> None:
+    """Take RT down (every process of its group; SIGKILL after `grace` seconds),
+    keeping its database, mail file and port: `start_rt_process()` brings the same RT back."""
     if server.process is not None:
-        _stop_group(server.process)
+        _stop_group(server.process, grace=grace)
 
 
 def start_rt_process(server: RTServer, *, timeout: float = 120) -> None:
@@ -451,12 +458,20 @@ def _stop_group(proc: subprocess.Popen, grace: float = 10) -> None:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    proc.wait(timeout=grace)
-    deadline = time.monotonic() + grace
+    proc.wait(timeout=max(grace, 10))
+    deadline = time.monotonic() + max(grace, 10)
     while _group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
     if _group_alive(pgid):
         raise RTServerError(f"processes of rt-server's group {pgid} outlived SIGKILL")
+
+
+def set_full_text(server: RTServer, enabled: bool, *, timeout: float = 120) -> None:
+    """Restart RT with full-text search on or off (what the channel does without it is tested)."""
+    port = int(server.base_url.rsplit(":", 1)[1])
+    stop_rt_process(server)
+    (server.root / "RT_SiteConfig.pm").write_text(_site_config(server.root, port, full_text=enabled))
+    start_rt_process(server, timeout=timeout)
 
 
 def stop_rt_server(server: RTServer, *, keep_files: bool = False) -> None:
