@@ -191,11 +191,13 @@ class RTChannel(Channel):
 
     def _change(self, at: Attempt, ticket: str, want: dict) -> None:
         """Set ticket fields and read them back (a PUT answers 200 whatever
-        happened). An owned ticket changes owner only after a steal. Raises
-        Stop unless every value is in place."""
+        happened). A ticket someone else owns changes owner only after a
+        steal. Raises Stop unless every value is in place."""
         said = self._put(at, f"/ticket/{ticket}", want, ticket)
-        wrong = _differences(self._read(at, ticket), want)
-        if "Owner" in want and any(w.startswith("Owner ") for w in wrong):
+        now = self._read(at, ticket)
+        wrong = _differences(now, want)
+        owner = str((now.get("Owner") or {}).get("id", "")).lower() if isinstance(now.get("Owner"), dict) else ""
+        if any(w.startswith("Owner ") for w in wrong) and owner not in ("", "nobody", self.config.user.lower()):
             said += self._put(at, f"/ticket/{ticket}/steal", {}, ticket)
             said += self._put(at, f"/ticket/{ticket}", {"Owner": want["Owner"]}, ticket)
             wrong = _differences(self._read(at, ticket), want)
