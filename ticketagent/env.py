@@ -70,3 +70,27 @@ def envlist(name: str, default: list[str]) -> list[str]:
     if raw is None or raw.strip() == "":
         return default
     return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def envint_or_none(name: str, default: int | None, *, minimum: int | None = None) -> int | None:
+    """An integer, or None for `none` (the setting is off)."""
+    raw = os.environ.get(name)
+    if raw is not None and raw.strip().lower() == "none":
+        return None
+    if raw is None or raw.strip() == "":
+        return default
+    return envint(name, 0, minimum=minimum)
+
+
+def envmap(name: str, default: dict[str, str], *, keys: tuple[str, ...]) -> dict[str, str]:
+    """`a=x,b=y` over `default`: each named key must be one of `keys`, each value non-empty."""
+    result = dict(default)
+    raw = os.environ.get(name, "")
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        key, sep, value = (s.strip() for s in part.partition("="))
+        if not sep or not value:
+            raise ImproperlyConfigured(f"{name}: {part!r} is not KEY=VALUE")
+        if key not in keys:
+            raise ImproperlyConfigured(f"{name}: {key!r} is not one of: {', '.join(keys)}")
+        result[key] = value
+    return result

@@ -11,7 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from ticketagent.env import envbool, envchoice, envfloat, envint, envlist, envstr
+from ticketagent.env import envbool, envchoice, envfloat, envint, envint_or_none, envlist, envmap, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("TICKETAGENT_VAR_DIR", str(BASE_DIR / "var")))
@@ -246,6 +246,19 @@ ZENDESK_ESCALATION_GROUP_ID = envint("ZENDESK_ESCALATION_GROUP_ID", 0, minimum=0
 ZENDESK_ESCALATION_PRIORITY = envchoice("ZENDESK_ESCALATION_PRIORITY", "high",
                                         ("keep", "low", "normal", "high", "urgent"))
 ZENDESK_RATE_LIMIT_MAX_WAIT = envfloat("ZENDESK_RATE_LIMIT_MAX_WAIT", 5.0, minimum=0.0)
+# Request Tracker (HELPDESK_KIND=rt): HELPDESK_URL is RT's base URL (the adapter
+# adds /REST/2.0), HELPDESK_USER and HELPDESK_PASSWORD an RT user's (basic auth).
+# The transaction custom field that holds each write's idempotency key:
+RT_CUSTOM_FIELD = envstr("RT_CUSTOM_FIELD", "IdempotencyKey")
+# What `escalate` changes: the queue, the owner (an RT user name), the priority
+# (none: left alone). At least one must be set.
+RT_ESCALATION_QUEUE = envstr("RT_ESCALATION_QUEUE")
+RT_ESCALATION_OWNER = envstr("RT_ESCALATION_OWNER")
+RT_ESCALATION_PRIORITY = envint_or_none("RT_ESCALATION_PRIORITY", 100, minimum=0)
+# The agent's statuses (ticketagent.llm.schemas.HelpdeskStatus) as RT statuses.
+RT_STATUSES = envmap("RT_STATUSES", {"open": "open", "pending": "stalled", "solved": "resolved",
+                                     "escalated": "open", "on_hold": "stalled"},
+                     keys=("open", "pending", "solved", "escalated", "on_hold"))
 EMAIL_BACKEND = envstr("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = envstr("EMAIL_HOST", "127.0.0.1")
 EMAIL_PORT = envint("EMAIL_PORT", 8026, minimum=1)

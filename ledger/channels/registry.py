@@ -8,10 +8,11 @@ from django.conf import settings
 
 from ledger.channels.base import Channel, ChannelError
 from ledger.channels.rest import RestHelpdeskChannel
+from ledger.channels.rt import RTChannel
 from ledger.channels.smtp import EmailChannel
 from ledger.channels.zendesk import ZendeskChannel
 
-HELPDESK_KINDS: dict[str, type[Channel]] = {"rest": RestHelpdeskChannel, "zendesk": ZendeskChannel}
+HELPDESK_KINDS: dict[str, type[Channel]] = {"rest": RestHelpdeskChannel, "rt": RTChannel, "zendesk": ZendeskChannel}
 CHANNEL_NAMES = ("helpdesk", "email")
 
 

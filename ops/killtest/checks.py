@@ -1,8 +1,12 @@
 """The kill test's verdict: what the sandbox received, per effect key, against the ledger."""
 
 from collections import Counter
+from dataclasses import dataclass
+
+from django.utils import timezone
 
 from ledger.models import BlockedDuplicate, Effect, EffectState
+from ledger.services import effect_review, reconcile_not_before
 from ops.killtest.report import Report
 from sandbox.client import SandboxClient
 from ticketagent.models import Event, EventType, ItemStatus, Task
@@ -42,12 +46,21 @@ def check_run(task_ids: list[int], sandbox: SandboxClient, report: Report) -> No
 def check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:
     effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task=str(task.pk))}
     deliveries = Counter({k: n for k, n in all_deliveries(sandbox).items() if k in effects})
-    report.items += task.items.count()
     check_deliveries(effects, deliveries, report, f"task {task.pk}")
     for key, effect in effects.items():
         if effect.state == EffectState.COMMITTED and key not in deliveries:
             report.problems.append(f"task {task.pk}: {effect.action} item {effect.owner_item} committed but never "
                                    "delivered")
+    report.delivered += sum(deliveries.values())
+    check_task(task, report)
+
+
+def check_task(task: Task, report: Report) -> None:
+    """What the ledger and the task say, whichever system is the oracle: no
+    effect left in intent, every item done; and the counts."""
+    effects = list(Effect.objects.filter(owner_task=str(task.pk)))
+    report.items += task.items.count()
+    for effect in effects:
         if effect.state == EffectState.INTENT:
             report.problems.append(f"task {task.pk}: {effect.action} item {effect.owner_item} left in intent")
     not_done = task.items.exclude(status=ItemStatus.DONE)
@@ -56,8 +69,34 @@ def check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:
         sample = ", ".join(f"{i.ticket_id}={i.status}" for i in not_done[:5])
         report.problems.append(f"task {task.pk}: {not_done.count()} item(s) not done ({sample}); "
                                f"task is {task.status}")
-    report.committed += sum(1 for e in effects.values() if e.state == EffectState.COMMITTED)
-    report.delivered += sum(deliveries.values())
-    report.reconciled += sum(1 for e in effects.values() if e.resolved_by == "reconcile")
+    report.committed += sum(1 for e in effects if e.state == EffectState.COMMITTED)
+    report.reconciled += sum(1 for e in effects if e.resolved_by == "reconcile")
     report.resumes += Event.objects.filter(task=task, type=EventType.RESUMED).count()
     report.blocked += BlockedDuplicate.objects.filter(owner_task=str(task.pk)).count()
+
+
+@dataclass
+class SandboxOracle:
+    """The sandbox helpdesk as the kill test's oracle: it records every delivery by key."""
+
+    sandbox: SandboxClient
+
+    def create_tickets(self, rows: list) -> list:
+        return rows  # the sandbox accepts any ticket id
+
+    def play_operator(self, task: Task, report: Report) -> None:
+        """For unknown effects on channels without look-up (email): ask the oracle."""
+        now = timezone.now()
+        for effect in Effect.objects.filter(owner_task=str(task.pk), state=EffectState.UNKNOWN, channel="email"):
+            if now < reconcile_not_before(effect):
+                continue  # the call it guards may still be in flight
+            happened = bool(self.sandbox.deliveries(key=effect.idempotency_key))
+            effect_review(effect_id=effect.pk, verdict="happened" if happened else "not_happened",
+                          reason="kill test: the sandbox (oracle) was asked", actor="killtest")
+            report.reviewed += 1
+
+    def check_round(self, task: Task, report: Report) -> None:
+        check_round(task, self.sandbox, report)
+
+    def check_run(self, task_ids: list[int], report: Report) -> None:
+        check_run(task_ids, self.sandbox, report)

@@ -1,23 +1,24 @@
-"""The kill test's rounds: start the sandbox and the workers, drive each task to an end while killing."""
+"""The kill test's rounds: start the helpdesk (sandbox or a private RT) and the workers, drive each task to an end."""
 
 import os
 import random
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
+from django.test.utils import override_settings
 
-from ledger.models import Effect, EffectState
-from ledger.services import effect_review, reconcile_not_before
-from ops.killtest.checks import check_round, check_run
+from ops.killtest.checks import SandboxOracle
 from ops.killtest.pool import WorkerPool
 from ops.killtest.report import Report
-from ops.processes import Processes, Sandbox, database_url, start_sandbox
+from ops.killtest.rt import RTOracle
+from ops.processes import Processes, database_url, start_sandbox
+from ops.rt_server import OTHER_QUEUE, start_rt_server, stop_rt_server
 from ops.samples import ticket_rows
 from sandbox.client import SandboxClient
 from ticketagent.models import ItemStatus, Task, TaskStatus
@@ -35,18 +36,7 @@ FAST_ENV = {
     "EMAIL_TIMEOUT": "2",
     "OPENAI_API_KEY": "",
 }
-
-
-def _play_operator(task: Task, sandbox: SandboxClient, report: Report) -> None:
-    """For unknown effects on channels without look-up: ask the oracle."""
-    now = timezone.now()
-    for effect in Effect.objects.filter(owner_task=str(task.pk), state=EffectState.UNKNOWN, channel="email"):
-        if now < reconcile_not_before(effect):
-            continue  # the call it guards may still be in flight
-        happened = bool(sandbox.deliveries(key=effect.idempotency_key))
-        effect_review(effect_id=effect.pk, verdict="happened" if happened else "not_happened",
-                      reason="kill test: the sandbox (oracle) was asked", actor="killtest")
-        report.reviewed += 1
+CHANNELS = ("helpdesk", "email", "rt")
 
 
 def _inject_faults(kinds: set[str], rng: random.Random, report: Report, redis_conn) -> None:
@@ -65,7 +55,7 @@ class Harness:
     """What a round is driven with."""
 
     pool: WorkerPool
-    sandbox: SandboxClient
+    oracle: SandboxOracle | RTOracle
     rng: random.Random
     report: Report
     faults: set[str]
@@ -104,7 +94,7 @@ def _tend(task: Task, h: Harness) -> bool:
     """Play the operator for the task once; True when it has completed."""
     try:
         task.refresh_from_db()
-        _play_operator(task, h.sandbox, h.report)
+        h.oracle.play_operator(task, h.report)
         if task.status in (TaskStatus.SUSPENDED, TaskStatus.PAUSED) or (
                 task.status == TaskStatus.NEEDS_REVIEW and task.items.filter(status=ItemStatus.FAILED).exists()):
             try:
@@ -122,57 +112,85 @@ def _tend(task: Task, h: Harness) -> bool:
 def _run_rounds(h: Harness, *, rounds: int, items: int, seed: int, channel: str, out) -> None:
     task_ids = []
     for round_no in range(1, rounds + 1):
-        task = task_create(rows=ticket_rows(items, f"K{round_no}", h.rng),
-                           name=f"kill test round {round_no} (seed {seed})", allow_auto_close=True,
-                           notify_channel=channel, failure_threshold=items + 1)
+        rows = h.oracle.create_tickets(ticket_rows(items, f"K{round_no}", h.rng))
+        task = task_create(rows=rows, name=f"kill test round {round_no} (seed {seed})", allow_auto_close=True,
+                           notify_channel="email" if channel == "email" else "helpdesk",
+                           failure_threshold=items + 1)
         _drive_round(task, h)
         # let in-flight work settle before counting
         time.sleep(0.5)
         task.refresh_from_db()
         task_ids.append(task.pk)
-        check_round(task, h.sandbox, h.report)
+        h.oracle.check_round(task, h.report)
         h.report.rounds += 1
         out.write(f"round {round_no}/{rounds}: task {task.pk} {task.status}, "
                   f"{len(h.report.problems)} problem(s) so far\n")
         out.flush()
     time.sleep(2)  # anything still in flight lands before the last look
-    check_run(task_ids, h.sandbox, h.report)
+    h.oracle.check_run(task_ids, h.report)
 
 
-def child_env(sandbox: Sandbox) -> dict:
-    """The workers' and the sweep's environment: this database and queue, the sandbox, short leases."""
-    return {**os.environ, **FAST_ENV, "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL,
-            "RQ_QUEUE": settings.RQ_QUEUE, "HELPDESK_URL": sandbox.url, "EMAIL_HOST": "127.0.0.1",
-            "EMAIL_PORT": str(sandbox.smtp_port), "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+def child_env(helpdesk: dict) -> dict:
+    """The workers' and the sweep's environment: this database and queue, the helpdesk, short leases."""
+    return {**os.environ, **FAST_ENV, **helpdesk, "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL,
+            "RQ_QUEUE": settings.RQ_QUEUE,
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "ticketagent.settings")}
+
+
+def _start_sandbox(procs: Processes, stack: ExitStack, sandbox_keys: str) -> tuple[SandboxOracle, dict]:
+    sandbox = start_sandbox(procs, db=procs.log_dir / "sandbox.sqlite3", ignore_keys=sandbox_keys == "ignore")
+    client = SandboxClient(sandbox.url)
+    client.set_faults(honor_keys=sandbox_keys == "honor")
+    helpdesk = {"HELPDESK_KIND": "rest", "HELPDESK_URL": sandbox.url, "EMAIL_HOST": "127.0.0.1",
+                "EMAIL_PORT": str(sandbox.smtp_port), "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend"}
+    stack.enter_context(override_settings(HELPDESK_KIND="rest", HELPDESK_URL=sandbox.url,
+                                          EMAIL_PORT=sandbox.smtp_port))
+    return SandboxOracle(client), helpdesk
+
+
+def _start_rt(stack: ExitStack) -> tuple[RTOracle, dict]:
+    """A private Request Tracker for the run (ops/rt_server.py), stopped when the run ends."""
+    server = start_rt_server()
+    stack.callback(stop_rt_server, server)
+    helpdesk = {"HELPDESK_KIND": "rt", "HELPDESK_URL": server.base_url, "HELPDESK_USER": server.user,
+                "HELPDESK_PASSWORD": server.password, "RT_ESCALATION_QUEUE": OTHER_QUEUE}
+    stack.enter_context(override_settings(
+        HELPDESK_KIND="rt", HELPDESK_URL=server.base_url, HELPDESK_USER=server.user,
+        HELPDESK_PASSWORD=server.password, RT_ESCALATION_QUEUE=OTHER_QUEUE,
+        HELPDESK_CONNECT_TIMEOUT=float(FAST_ENV["HELPDESK_CONNECT_TIMEOUT"]),
+        HELPDESK_READ_TIMEOUT=float(FAST_ENV["HELPDESK_READ_TIMEOUT"])))
+    return RTOracle(server), helpdesk
 
 
 def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_keys: str = "honor",
                  channel: str = "helpdesk", faults: set[str] | None = None, crash_probability: float = 0.1,
                  round_timeout: float = 120.0, kill_every: tuple[float, float] = (0.5, 2.0),
                  worker_command: list[str] | None = None, out=sys.stdout) -> Report:
-    """Run the kill test. `worker_command` starts one worker (default:
-    `manage.py worker`); the self-test passes one with a broken gate."""
+    """Run the kill test. `channel`: helpdesk (the sandbox's REST API), email
+    (SMTP, no look-up) or rt (a private Request Tracker: the helpdesk and the
+    oracle). `worker_command` starts one worker (default: `manage.py worker`);
+    the self-test passes one with a broken gate."""
     import redis
 
+    if channel not in CHANNELS:
+        raise ValueError(f"channel {channel!r} is not one of {', '.join(CHANNELS)}")
     rng = random.Random(seed)
     report = Report()
     started = time.monotonic()
     procs = Processes(log_dir=Path(tempfile.mkdtemp(prefix="killtest-")))
     pool = WorkerPool(procs, workers=workers, rng=rng, crash_probability=crash_probability,
                       worker_command=worker_command or [sys.executable, "manage.py", "worker"])
-    try:
-        sandbox = start_sandbox(procs, db=procs.log_dir / "sandbox.sqlite3", ignore_keys=sandbox_keys == "ignore")
-        procs.env = child_env(sandbox)
-        settings.HELPDESK_URL, settings.EMAIL_PORT = sandbox.url, sandbox.smtp_port
-        client = SandboxClient(sandbox.url)
+    with ExitStack() as stack:  # on the way out: the workers first, then the helpdesk
+        if channel == "rt":
+            oracle, helpdesk = _start_rt(stack)
+        stack.callback(procs.stop)
+        if channel != "rt":
+            oracle, helpdesk = _start_sandbox(procs, stack, sandbox_keys)
+        procs.env = child_env(helpdesk)
         pool.start()
-        client.set_faults(honor_keys=sandbox_keys == "honor")
-        harness = Harness(pool, client, rng, report, faults or set(), redis.Redis.from_url(settings.REDIS_URL),
+        harness = Harness(pool, oracle, rng, report, faults or set(), redis.Redis.from_url(settings.REDIS_URL),
                           round_timeout, kill_every)
         _run_rounds(harness, rounds=rounds, items=items, seed=seed, channel=channel, out=out)
-    finally:
-        procs.stop()
     report.kills = pool.crash_counts()
     report.kills["wall-clock"] = pool.wall_kills
     report.worker_starts = pool.modes

@@ -6,6 +6,12 @@ from django.conf import settings
 
 from ledger.channels.registry import helpdesk_kind
 from ticketagent.sources import SourceError
+from ticketagent.sources import rt as rt_source
+from ticketagent.sources import zendesk as zendesk_source
+
+# The helpdesks whose tickets can be searched: HELPDESK_KIND -> the module whose
+# fetch_tickets(query, *, limit) does it.
+SOURCES = {"rt": rt_source, "zendesk": zendesk_source}
 
 KIND_LABELS = {"rest": "the generic REST helpdesk", "rt": "Request Tracker", "zendesk": "Zendesk"}
 QUERY_HELP = {
@@ -29,11 +35,9 @@ def fetch_tickets(query: str, *, limit: int) -> list[dict]:
     query = (query or "").strip()
     if not query:
         raise SourceError("the query is empty: " + QUERY_HELP.get(kind, "this helpdesk cannot be searched"))
-    if kind == "rt":
-        from ticketagent.sources import rt as source
-    elif kind == "zendesk":
-        from ticketagent.sources import zendesk as source
-    else:
+    source = SOURCES.get(kind)
+    if source is None:
+        searchable = " or ".join(sorted(SOURCES))
         raise SourceError(f"{KIND_LABELS.get(kind, kind)} has no ticket search: upload a file instead, "
-                          "or set HELPDESK_KIND=rt or zendesk")
+                          f"or set HELPDESK_KIND={searchable}")
     return source.fetch_tickets(query, limit=limit)

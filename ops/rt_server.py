@@ -1,10 +1,16 @@
-"""A private Request Tracker 5 server for the tests: Debian's packages, our config.
+"""A private Request Tracker 5 server for the tests and the kill test: Debian's packages, our config.
 
     server = start_rt_server()          # RTServerError if it cannot start
     tid = server.create_ticket("Printer on fire", requestor="ann@example.com")
     answer = server.post(f"/ticket/{tid}/correspond", {...})
     server.mails()                      # what RT mailed, from the mail file
+    stop_rt_process(server)             # RT is down; its database and port are kept
+    start_rt_process(server)            # the same RT back on the same port
+    set_full_text(server, False)        # restarted without full-text search
     stop_rt_server(server)              # nothing left running, temp dir removed
+
+The helpdesk tests (fixture ``rt_server`` in tests/helpdesks/conftest.py) and
+``manage.py killtest --channel rt`` (ops/killtest/) start it.
 
 How it is put together (every step is a fact checked against RT 5.0.3 on Debian 12):
 
@@ -59,7 +65,8 @@ from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
 
-__all__ = ["RTAnswer", "RTServer", "RTServerError", "rt_missing", "start_rt_server", "stop_rt_server"]
+__all__ = ["RTAnswer", "RTServer", "RTServerError", "freeze_rt_process", "rt_missing", "set_full_text",
+           "start_rt_process", "start_rt_server", "stop_rt_process", "stop_rt_server"]
 
 RT_SERVER = Path("/usr/share/request-tracker5/libexec/rt-server")
 RT_SETUP = Path("/usr/sbin/rt-setup-database-5")
@@ -137,6 +144,7 @@ class RTServer:
     admin_user: str = "root"
     admin_password: str = "password"  # RT's stock root account
     start_seconds: float = 0.0
+    workers: int = 4
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     # -- HTTP ---------------------------------------------------------------
@@ -213,9 +221,9 @@ def _perl(value) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _site_config(root: Path, port: int) -> str:
+def _site_config(root: Path, port: int, *, full_text: bool = True) -> str:
     mbox = _perl(str(root / "mail.mbox"))
-    return f"""# Written by tests/helpdesks/rt_server.py for one test run.
+    return f"""# Written by ops/rt_server.py for one run.
 Set($rtname, 'rt.test');
 Set($Organization, 'rt.test');
 Set($CorrespondAddress, 'support@rt.test');
@@ -228,7 +236,7 @@ Set($WebDomain, '127.0.0.1');
 Set($WebPort, {port});
 Set($WebPath, '');
 Set($BcryptCost, 4);
-Set(%FullTextSearch, Enable => 1, Indexed => 0);
+Set(%FullTextSearch, Enable => {int(full_text)}, Indexed => 0);
 Set($LogToSyslog, undef);
 Set($LogToFile, undef);
 Set($LogToSTDERR, 'warning');
@@ -256,7 +264,7 @@ def _content() -> str:
                      f"EmailAddress => '{name}@rt.test', RealName => {_perl(name)}, Privileged => 1 }},")
         for queue in queues:
             acl.append(f"  {{ UserId => {_perl(name)}, Queue => {_perl(queue)}, Right => [qw({rights})] }},")
-    return f"""# Written by tests/helpdesks/rt_server.py: RT's initialdata, then ours.
+    return f"""# Written by ops/rt_server.py: RT's initialdata, then ours.
 require {_perl(str(RT_ETC / 'initialdata'))};
 push @Queues, (
   {{ Name => {_perl(QUEUE)}, Description => 'Support requests',
@@ -268,7 +276,8 @@ push @Users, (
 );
 push @CustomFields, (
   {{ Name => {_perl(CF_NAME)}, Type => 'FreeformSingle', Description => 'Idempotency key of the write',
-     LookupType => 'RT::Queue-RT::Ticket-RT::Transaction', ApplyTo => ['General', {_perl(QUEUE)}, {_perl(OTHER_QUEUE)}] }},
+     LookupType => 'RT::Queue-RT::Ticket-RT::Transaction',
+     ApplyTo => ['General', {_perl(QUEUE)}, {_perl(OTHER_QUEUE)}] }},
 );
 push @ACL, (
 {chr(10).join(acl)}
@@ -351,13 +360,29 @@ def _wait_ready(server: RTServer, timeout: float) -> None:
     raise RTServerError(f"rt-server did not answer within {timeout} s:\n{server.log()}")
 
 
+def _launch(server: RTServer, as_user, workers: int) -> None:
+    """Start rt-server on the server's port and database (already set up)."""
+    port = server.base_url.rsplit(":", 1)[1]
+    with open(server.root / "rt-server.log", "a") as log:
+        server.process = subprocess.Popen(
+            _command(as_user, str(RT_SERVER), "--server", "Starlet", "--host", "127.0.0.1",
+                     "--port", port, "--max-workers", str(workers)),
+            cwd=server.root, env=_env(server.root), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+
+def _run_as():
+    """The user RT runs as: www-data when we are root, else ourselves (None)."""
+    return pwd.getpwnam(RT_USER) if os.geteuid() == 0 else None
+
+
 def start_rt_server(*, port: int | None = None, workers: int = 4, timeout: float = 120) -> RTServer:
     """Set up a fresh database and start RT on 127.0.0.1; waits until REST2 answers."""
     missing = rt_missing()
     if missing:
         raise RTServerError(missing)
     started = time.monotonic()
-    as_user = pwd.getpwnam(RT_USER) if os.geteuid() == 0 else None
+    as_user = _run_as()
     port = port or _free_port()
     root = _make_root()
     server = None
@@ -368,13 +393,8 @@ def start_rt_server(*, port: int | None = None, workers: int = 4, timeout: float
         name, (password, _, _) = "agent", USERS["agent"]
         server = RTServer(base_url=base, rest_url=f"{base}/REST/2.0", user=name, password=password,
                           queue=QUEUE, queues=(QUEUE, OTHER_QUEUE, "General"), mail_path=root / "mail.mbox",
-                          root=root, users={n: u[0] for n, u in USERS.items()})
-        with open(root / "rt-server.log", "w") as log:
-            server.process = subprocess.Popen(
-                _command(as_user, str(RT_SERVER), "--server", "Starlet", "--host", "127.0.0.1",
-                         "--port", str(port), "--max-workers", str(workers)),
-                cwd=root, env=_env(root), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                          root=root, users={n: u[0] for n, u in USERS.items()}, workers=workers)
+        _launch(server, as_user, workers)
         _wait_ready(server, timeout)
     except BaseException:
         if server is not None and server.process is not None:
@@ -383,6 +403,31 @@ def start_rt_server(*, port: int | None = None, workers: int = 4, timeout: float
         raise
     server.start_seconds = time.monotonic() - started
     return server
+
+
+def freeze_rt_process(server: RTServer) -> None:
+    """RT stops answering but closes nothing (SIGSTOP to its process group): connections are
+    still accepted, requests hang. `stop_rt_process(server, grace=0)` ends it."""
+    os.killpg(server.process.pid, signal.SIGSTOP)
+
+
+def stop_rt_process(server: RTServer, *, grace: float = 10) -> None:
+    """Take RT down (every process of its group; SIGKILL after `grace` seconds),
+    keeping its database, mail file and port: `start_rt_process()` brings the same RT back."""
+    if server.process is not None:
+        _stop_group(server.process, grace=grace)
+
+
+def start_rt_process(server: RTServer, *, timeout: float = 120) -> None:
+    """Start a stopped RT again on the same port and database; waits until REST2 answers."""
+    if server.process is not None and server.process.poll() is None:
+        raise RTServerError("rt-server is still running")
+    _launch(server, _run_as(), server.workers)
+    try:
+        _wait_ready(server, timeout)
+    except BaseException:
+        _stop_group(server.process)
+        raise
 
 
 def _group_alive(pgid: int) -> bool:
@@ -413,12 +458,20 @@ def _stop_group(proc: subprocess.Popen, grace: float = 10) -> None:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    proc.wait(timeout=grace)
-    deadline = time.monotonic() + grace
+    proc.wait(timeout=max(grace, 10))
+    deadline = time.monotonic() + max(grace, 10)
     while _group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
     if _group_alive(pgid):
         raise RTServerError(f"processes of rt-server's group {pgid} outlived SIGKILL")
+
+
+def set_full_text(server: RTServer, enabled: bool, *, timeout: float = 120) -> None:
+    """Restart RT with full-text search on or off (what the channel does without it is tested)."""
+    port = int(server.base_url.rsplit(":", 1)[1])
+    stop_rt_process(server)
+    (server.root / "RT_SiteConfig.pm").write_text(_site_config(server.root, port, full_text=enabled))
+    start_rt_process(server, timeout=timeout)
 
 
 def stop_rt_server(server: RTServer, *, keep_files: bool = False) -> None:

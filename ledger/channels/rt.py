@@ -1,0 +1,277 @@
+"""Request Tracker 5 through REST2 (HELPDESK_KIND=rt): each action as RT calls, the key in a custom field and content.
+
+RT has no idempotency keys (REST2 ignores `Idempotency-Key`), so every write
+carries the effect's key in two places RT stores with the transaction:
+
+* the transaction custom field (RT_CUSTOM_FIELD, `IdempotencyKey`), a fast
+  index -- but RT sets it only after the reply is committed and mailed, and
+  silently not at all without the rights, so it never proves absence;
+* a marker in the content: the text/html body ends with an HTML comment
+  holding the key on a line of its own. RT stores it byte for byte (finds it
+  with `Content LIKE`) and does not mail it to the customer.
+
+Actions, in the order of their writes (docs/channels.md):
+
+    notify_customer  POST /ticket/N/correspond                       (the customer is mailed)
+    save_draft       POST /ticket/N/comment, marked as a draft      (private: RT has no drafts)
+    set_status       PUT /ticket/N {Status}, read back, then the key comment
+    escalate         PUT /ticket/N {Queue, Owner, Priority}, read back, then the key comment
+    close_ticket     PUT /ticket/N {Status: resolved}, read back, then the key comment
+
+A change and its key comment are two writes: the key is written only after
+the change is read back, so a look-up that finds the key never vouches for a
+change that did not happen; one that does not find it makes the retry set
+the same values again, which RT does silently (a no-op) before commenting.
+
+Look-up (`lookup`): the custom field, then `Content LIKE` on the ticket's
+replies and comments, then the ticket's replies and comments read one by one
+(which needs no full-text search and sees writes an index has not caught up
+with). "Not found" only when all of them answered in full.
+"""
+
+import html
+import re
+
+from ledger.channels.base import Abilities, CallResult, Channel, LookupResult, committed, failed
+from ledger.channels.rt_check import run_checks
+from ledger.channels.rt_rest import (
+    SYSTEM,
+    Attempt,
+    Reader,
+    RTConfig,
+    Stop,
+    Unanswered,
+    location_id,
+    path_with,
+    rt_message,
+)
+
+KEY_MARKER = "ticketagent-key"
+KEY_PATTERN = re.compile(r"<!--\s*" + KEY_MARKER + r":\s*([A-Za-z0-9._:-]+)\s*-->")
+REPLY_TYPES = ("Correspond", "Comment")
+LOOKUP_MAX_TRANSACTIONS = 500  # replies and comments read per look-up before it gives up ("cannot tell")
+RESOLVED = "resolved"
+WHAT = {"correspond": "reply", "comment": "comment"}
+
+
+def key_marker(key: str) -> str:
+    """The marker that ends every body: the key on a line of its own, so RT's
+    quoted-printable storage of non-ASCII text (76-character lines) never
+    splits it and `Content LIKE` finds it."""
+    return f"\n<!-- {KEY_MARKER}:\n{key}\n-->\n"
+
+
+def keys_in(content: str) -> list[str]:
+    """The keys of the markers in a stored body."""
+    return KEY_PATTERN.findall(content or "")
+
+
+def text_html(text: str) -> str:
+    """Plain text as HTML paragraphs (escaped)."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", (text or "").strip()) if p.strip()]
+    return "\n".join("<p>" + html.escape(p).replace("\n", "<br>\n") + "</p>" for p in paragraphs)
+
+
+def ticket_number(value) -> str | None:
+    """RT's ticket id from the upload's ticket_id, or None when it cannot be one."""
+    text = str(value or "").strip()
+    return text if text.isdigit() and int(text) > 0 else None
+
+
+def _sql_literal(key: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._:-]+", key):
+        raise Unanswered(f"the key {key[:20]!r} cannot be searched for in TicketSQL")
+    return f"'{key}'"
+
+
+def _differences(ticket: dict, want: dict) -> list[str]:
+    """The wanted values the ticket read back does not have (a queue or an
+    owner matches by name or id, case-insensitively, as RT compares them)."""
+    wrong = []
+    for field, value in want.items():
+        have = ticket.get(field)
+        names = {str(have.get(k) or "").lower() for k in ("Name", "id")} if isinstance(have, dict) \
+            else {str(have if have is not None else "").lower()}
+        if str(value).lower() not in names:
+            shown = (have.get("Name") or have.get("id")) if isinstance(have, dict) else have
+            wrong.append(f"{field} is {shown or 'empty'}, not {value}")
+    return wrong
+
+
+class RTChannel(Channel):
+    name = "helpdesk"
+    label = "Request Tracker 5 (REST2)"
+
+    def __init__(self, **overrides):
+        self.config = RTConfig.from_settings(**overrides)
+        cf = self.config.custom_field
+        self.abilities = Abilities(
+            key_carried=f"transaction custom field {cf} and an HTML-comment marker in the content",
+            honours_key=False,
+            lookup=f"CF.{{{cf}}} search, Content LIKE on the ticket, then its replies and comments read")
+
+    @property
+    def max_call_seconds(self) -> float:
+        # every request of an action starts before the action's budget is
+        # spent, and none outlasts one request's timeouts
+        return self.budget_seconds + self.config.request_seconds
+
+    @property
+    def budget_seconds(self) -> float:
+        return self.config.request_seconds
+
+    # -- perform ---------------------------------------------------------------
+    def perform(self, spec, payload, key) -> CallResult:
+        ticket = ticket_number(payload.get("ticket"))
+        if ticket is None:
+            return failed(f"{payload.get('ticket')!r} is not a {SYSTEM} ticket id (a number)", answered=False)
+        body = payload.get("body") or {}
+        attempt = Attempt(self.config, self.budget_seconds)
+        action = {"notify_customer": self._notify, "save_draft": self._draft, "set_status": self._status,
+                  "escalate": self._escalate, "close_ticket": self._close}[spec.name]
+        try:
+            return action(attempt, ticket, body, key)
+        except Stop as stop:
+            return stop.result
+
+    def _notify(self, at: Attempt, ticket: str, body: dict, key: str) -> CallResult:
+        return self._write(at, ticket, "correspond", text_html(body.get("body", "")), key)
+
+    def _draft(self, at: Attempt, ticket: str, body: dict, key: str) -> CallResult:
+        head = ("<p><strong>Draft reply by the ticket agent: not sent to the customer.</strong><br>\n"
+                f"Subject: {html.escape(body.get('subject', ''))}</p>\n")
+        return self._write(at, ticket, "comment", head + text_html(body.get("body", "")), key)
+
+    def _status(self, at: Attempt, ticket: str, body: dict, key: str) -> CallResult:
+        status = str(body.get("status", ""))
+        target = self.config.statuses.get(status)
+        if not target:
+            return failed(f"no {SYSTEM} status for {status!r}: see RT_STATUSES", answered=False)
+        self._change(at, ticket, {"Status": target})
+        note = f"<p>Status set to <code>{html.escape(target)}</code> by the ticket agent ({html.escape(status)}).</p>"
+        return self._write(at, ticket, "comment", note, key)
+
+    def _escalate(self, at: Attempt, ticket: str, body: dict, key: str) -> CallResult:
+        c = self.config
+        want = {field: value for field, value in (("Queue", c.escalation_queue), ("Owner", c.escalation_owner),
+                                                  ("Priority", c.escalation_priority)) if value not in ("", None)}
+        if not want:
+            return failed("escalate has nothing to change: set RT_ESCALATION_QUEUE, RT_ESCALATION_OWNER or "
+                          "RT_ESCALATION_PRIORITY", answered=False)
+        self._change(at, ticket, want)
+        done = ", ".join(f"{field} {value}" for field, value in want.items())
+        note = (f"<p>Escalated by the ticket agent ({html.escape(done)}):</p>\n"
+                + text_html(str(body.get("note", ""))))
+        return self._write(at, ticket, "comment", note, key)
+
+    def _close(self, at: Attempt, ticket: str, body: dict, key: str) -> CallResult:
+        self._change(at, ticket, {"Status": RESOLVED})
+        note = "<p>Resolved by the ticket agent.</p>\n" + text_html(str(body.get("reason", "")))
+        return self._write(at, ticket, "comment", note, key)
+
+    def _write(self, at: Attempt, ticket: str, kind: str, content: str, key: str) -> CallResult:
+        """A reply or comment carrying the key in the custom field and the marker."""
+        body = {"Content": content + key_marker(key), "ContentType": "text/html",
+                "TxnCustomFields": {self.config.custom_field: key}}
+        answer = at.send("POST", f"/ticket/{ticket}/{kind}", body, write=True)
+        if answer.ok:
+            return committed(location_id(answer))
+        # RT answers 400 "Permission Denied" for a ticket that does not exist
+        if answer.status in (400, 403, 404) and self._missing(ticket):
+            return failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True)
+        return failed(f"{SYSTEM} refused the {WHAT[kind]} on ticket {ticket} ({answer.status}: "
+                      f"{rt_message(answer)})", answered=True)
+
+    def _missing(self, ticket: str) -> bool:
+        """True only when RT says the ticket does not exist (404)."""
+        try:
+            return Reader(self.config).get(f"/ticket/{ticket}").status == 404
+        except Unanswered:
+            return False
+
+    def _change(self, at: Attempt, ticket: str, want: dict) -> None:
+        """Set ticket fields and read them back (a PUT answers 200 whatever
+        happened). A ticket someone else owns changes owner only after a
+        steal. Raises Stop unless every value is in place."""
+        said = self._put(at, f"/ticket/{ticket}", want, ticket)
+        now = self._read(at, ticket)
+        wrong = _differences(now, want)
+        owner = str((now.get("Owner") or {}).get("id", "")).lower() if isinstance(now.get("Owner"), dict) else ""
+        if any(w.startswith("Owner ") for w in wrong) and owner not in ("", "nobody", self.config.user.lower()):
+            said += self._put(at, f"/ticket/{ticket}/steal", {}, ticket)
+            said += self._put(at, f"/ticket/{ticket}", {"Owner": want["Owner"]}, ticket)
+            wrong = _differences(self._read(at, ticket), want)
+        if wrong:
+            raise Stop(failed(f"{SYSTEM} did not make the change on ticket {ticket}: {'; '.join(wrong)} "
+                              f"(it said: {'; '.join(said) or 'nothing'})", answered=True))
+
+    def _put(self, at: Attempt, path: str, fields: dict, ticket: str) -> list[str]:
+        answer = at.send("PUT", path, fields, write=True)
+        if answer.status == 404:
+            raise Stop(failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True))
+        if not answer.ok:
+            raise Stop(failed(f"{SYSTEM} refused PUT {path} ({answer.status}: {rt_message(answer)})",
+                              answered=True))
+        said = answer.json([])
+        return [str(m) for m in said] if isinstance(said, list) else []
+
+    def _read(self, at: Attempt, ticket: str) -> dict:
+        answer = at.send("GET", path_with(f"/ticket/{ticket}", **{"fields[Queue]": "Name", "fields[Owner]": "Name"}),
+                         write=False)
+        data = answer.json(None)
+        if answer.status != 200 or not isinstance(data, dict):
+            raise Stop(at.ended(f"reading ticket {ticket} back answered {answer.status}: {rt_message(answer)}"))
+        return data
+
+    # -- lookup ----------------------------------------------------------------
+    def lookup(self, key, payload) -> LookupResult:
+        ticket = ticket_number(payload.get("ticket"))
+        if ticket is None:
+            return LookupResult(False, detail=f"{payload.get('ticket')!r} is not a {SYSTEM} ticket id: "
+                                              "nothing was written")
+        reader = Reader(self.config)
+        try:
+            return self._lookup(reader, ticket, key)
+        except Unanswered as exc:
+            return LookupResult(None, detail=f"{SYSTEM} look-up could not tell: {exc}")
+
+    def _lookup(self, reader: Reader, ticket: str, key: str) -> LookupResult:
+        literal = _sql_literal(key)
+        cf = self.config.custom_field
+        hits = reader.search(f"CF.{{{cf}}} = {literal}")
+        if hits:
+            txn = str(hits[0].get("id", ""))
+            return LookupResult(True, external_ref=txn, detail=f"found by custom field {cf}: transaction {txn}")
+        types = " OR ".join(f"Type = '{t}'" for t in REPLY_TYPES)
+        hits = reader.search(f"TicketId = {ticket} AND ({types}) AND Content LIKE {literal}")
+        if hits:
+            txn = str(hits[0].get("id", ""))
+            return LookupResult(True, external_ref=txn, detail=f"found by content on ticket {ticket}: "
+                                                               f"transaction {txn}")
+        seen = reader.get(f"/ticket/{ticket}")
+        if seen.status == 404:
+            return LookupResult(False, detail=f"ticket {ticket} does not exist in {SYSTEM}: nothing was written")
+        if seen.status != 200:
+            raise Unanswered(f"GET /ticket/{ticket} answered {seen.status}: {rt_message(seen)}")
+        txn, read = self._in_history(reader, ticket, key)
+        if txn:
+            return LookupResult(True, external_ref=txn, detail=f"found in ticket {ticket}'s history: transaction {txn}")
+        return LookupResult(False, detail=f"not on ticket {ticket}: no {cf} custom field, no content match, and none "
+                                          f"of its {read} replies and comments carries the key")
+
+    def _in_history(self, reader: Reader, ticket: str, key: str) -> tuple[str, int]:
+        """Read the ticket's replies and comments, newest first: (the one carrying the key or "", how many read)."""
+        history = reader.items(f"/ticket/{ticket}/history", fields="Type", orderby="id", order="DESC")
+        replies = [str(t.get("id")) for t in history if t.get("Type") in REPLY_TYPES]
+        if len(replies) > LOOKUP_MAX_TRANSACTIONS:
+            raise Unanswered(f"ticket {ticket} has {len(replies)} replies and comments, more than "
+                             f"{LOOKUP_MAX_TRANSACTIONS} to read")
+        for txn in replies:
+            parts = reader.items(f"/transaction/{txn}/attachments", fields="Content")
+            if any(key in str(part.get("Content") or "") for part in parts):
+                return txn, len(replies)
+        return "", len(replies)
+
+    # -- check -----------------------------------------------------------------
+    def check(self) -> list[str]:
+        return run_checks(self.config, Reader(self.config))

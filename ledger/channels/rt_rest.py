@@ -1,0 +1,193 @@
+"""REST2 plumbing for the Request Tracker channel: its settings, the calls of one action under one deadline, reads.
+
+`Attempt` runs the requests of one action. They share one deadline, so the
+whole action ends within the channel's `max_call_seconds`, and it tracks
+whether a write may already have landed: before that, a request that fails
+proves nothing was changed (`failed`); after it, a missing answer leaves the
+action `unknown`. `Reader` makes the look-up's and the check's reads, where
+anything short of a complete answer raises `Unanswered`.
+"""
+
+import re
+import time
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from django.conf import settings
+
+from ledger.channels.base import CallResult, failed, unknown
+from ledger.channels.http import Answer, HttpClient, NoAnswer, NotSent
+
+SYSTEM = "Request Tracker"
+PER_PAGE = 100  # REST2's largest page
+MIN_REQUEST_SECONDS = 0.2  # no request is started with less time than this left
+DEFAULT_STATUSES = {"open": "open", "pending": "stalled", "solved": "resolved", "escalated": "open",
+                    "on_hold": "stalled"}
+CREDENTIALS = "check HELPDESK_USER and HELPDESK_PASSWORD"
+
+
+def rest_url(base: str) -> str:
+    """RT's base URL (https://rt.example.com, or with RT's WebPath) as its REST2 root."""
+    base = base.rstrip("/")
+    return base if base.endswith("/REST/2.0") else base + "/REST/2.0"
+
+
+@dataclass(frozen=True)
+class RTConfig:
+    """What the channel needs, from settings (HELPDESK_*, RT_*)."""
+
+    url: str
+    user: str
+    password: str
+    connect_timeout: float
+    read_timeout: float
+    custom_field: str
+    escalation_queue: str
+    escalation_owner: str
+    escalation_priority: int | None
+    statuses: dict
+
+    @classmethod
+    def from_settings(cls, **overrides) -> "RTConfig":
+        values = dict(
+            url=rest_url(settings.HELPDESK_URL), user=settings.HELPDESK_USER, password=settings.HELPDESK_PASSWORD,
+            connect_timeout=settings.HELPDESK_CONNECT_TIMEOUT, read_timeout=settings.HELPDESK_READ_TIMEOUT,
+            custom_field=getattr(settings, "RT_CUSTOM_FIELD", "IdempotencyKey") or "IdempotencyKey",
+            escalation_queue=getattr(settings, "RT_ESCALATION_QUEUE", ""),
+            escalation_owner=getattr(settings, "RT_ESCALATION_OWNER", ""),
+            escalation_priority=getattr(settings, "RT_ESCALATION_PRIORITY", 100),
+            statuses={**DEFAULT_STATUSES, **getattr(settings, "RT_STATUSES", {})},
+        )
+        values.update(overrides)
+        values["url"] = rest_url(values["url"])
+        return cls(**values)
+
+    @property
+    def request_seconds(self) -> float:
+        return self.connect_timeout + self.read_timeout
+
+    def client(self, *, within: float | None = None, max_body: int = 1024 * 1024) -> HttpClient:
+        """An HTTP client for REST2; `within`: no request of it outlasts that many seconds per phase."""
+        connect, read = self.connect_timeout, self.read_timeout
+        if within is not None:
+            connect, read = min(connect, within), min(read, within)
+        return HttpClient(self.url, system=SYSTEM, connect_timeout=connect, read_timeout=read, user=self.user,
+                          password=self.password, max_body=max_body)
+
+
+def path_with(path: str, **params) -> str:
+    """`path` with URL-encoded query parameters (TicketSQL, `fields[Queue]`, paging)."""
+    return f"{path}?{urlencode(params)}" if params else path
+
+
+def rt_message(answer: Answer) -> str:
+    """RT's words in an answer: `{"message": …}`, a list of messages, or the start of the text."""
+    data = answer.json(None)
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"]).strip()[:300]
+    if isinstance(data, list):
+        return "; ".join(str(m) for m in data)[:300]
+    return answer.text.strip()[:200] or f"HTTP {answer.status}"
+
+
+def location_id(answer: Answer) -> str:
+    """The id at the end of a `Location: /REST/2.0/transaction/51` header."""
+    match = re.search(r"/(\d+)/?$", answer.header("location"))
+    return match.group(1) if match else ""
+
+
+class Stop(Exception):
+    """An action ends before its last call; `result` is its outcome."""
+
+    def __init__(self, result: CallResult):
+        super().__init__(result.error)
+        self.result = result
+
+
+class Attempt:
+    """The requests of one action: one deadline, and whether a write of it may have landed."""
+
+    def __init__(self, config: RTConfig, budget: float):
+        self.config = config
+        self.deadline = time.monotonic() + budget
+        self.landed = False
+
+    def ended(self, error: str) -> CallResult:
+        """The action stops with no write of it in flight: `failed` while
+        nothing landed, else `unknown` (reconcile looks for its key)."""
+        if self.landed:
+            return unknown(f"{error} (after an earlier write of this action was answered)", answered=True)
+        return failed(error, answered=True)
+
+    def send(self, method: str, path: str, body=None, *, write: bool) -> Answer:
+        """One request; raises `Stop` with the action's outcome when it cannot go on:
+        no answer, 401, 408 or 5xx. Other answers are the caller's to judge."""
+        name = f"{method} {path.split('?', 1)[0]}"
+        left = self.deadline - time.monotonic()
+        if left < MIN_REQUEST_SECONDS:
+            raise Stop(self.ended(f"{SYSTEM}: the action ran out of time before {name}"))
+        try:
+            answer = self.config.client(within=left).request(method, path, body)
+        except NotSent as exc:
+            raise Stop(self.ended(str(exc))) from None
+        except NoAnswer as exc:
+            if write:  # the write may still land
+                raise Stop(unknown(f"{name}: {exc}", answered=False)) from None
+            raise Stop(self.ended(f"{name}: {exc}")) from None
+        if answer.status == 401:
+            raise Stop(failed(f"{SYSTEM} refused the credentials (401): {CREDENTIALS}", answered=True))
+        if answer.status >= 500 or answer.status == 408:
+            error = f"{name} answered {answer.status}: {rt_message(answer)}"
+            raise Stop(unknown(error, answered=True) if write else self.ended(error))
+        if write and answer.ok:
+            self.landed = True
+        return answer
+
+
+class Unanswered(Exception):
+    """A read that did not get a complete answer: the look-up cannot tell."""
+
+
+class Reader:
+    """Reads for the look-up and the check: a complete JSON answer, or `Unanswered`."""
+
+    def __init__(self, config: RTConfig):
+        self.config = config
+        self.client = config.client(max_body=16 * 1024 * 1024)
+
+    def get(self, path: str, **params) -> Answer:
+        try:
+            return self.client.request("GET", path_with(path, **params))
+        except (NotSent, NoAnswer) as exc:
+            raise Unanswered(str(exc)) from None
+
+    def json(self, path: str, **params) -> dict:
+        answer = self.get(path, **params)
+        if answer.status == 401:
+            raise Unanswered(f"{SYSTEM} refused the credentials (401): {CREDENTIALS}")
+        data = answer.json(None)
+        if answer.status != 200 or not isinstance(data, dict):
+            raise Unanswered(f"GET {path} answered {answer.status}: {rt_message(answer)}")
+        return data
+
+    def items(self, path: str, **params) -> list[dict]:
+        """Every item of a collection, page by page (a non-superuser gets no
+        `total`: a page shorter than PER_PAGE is the last)."""
+        found: list[dict] = []
+        for page in range(1, 1000):
+            data = self.json(path, **params, per_page=PER_PAGE, page=page)
+            items = data.get("items")
+            if not isinstance(items, list):
+                raise Unanswered(f"GET {path} answered without items")
+            found += [item for item in items if isinstance(item, dict)]
+            if len(items) < PER_PAGE:
+                return found
+        raise Unanswered(f"GET {path}: more than {1000 * PER_PAGE} items")
+
+    def search(self, query: str, fields: str = "Type,ObjectId", limit: int = PER_PAGE) -> list[dict]:
+        """Transactions matching a TransactionSQL query: the first `limit`."""
+        data = self.json("/transactions", query=query, fields=fields, per_page=min(limit, PER_PAGE))
+        items = data.get("items")
+        if not isinstance(items, list):
+            raise Unanswered("the transaction search answered without items")
+        return items

@@ -1,0 +1,88 @@
+"""An HTTP proxy in front of the test RT that loses answers, for the outcomes a healthy RT never produces.
+
+    proxy = LossyProxy(rt_server.base_url, mode="drop")   # http://127.0.0.1:<port>
+    ...
+    proxy.close()
+
+Modes:
+    drop       the request reaches RT; its answer is thrown away and the connection closed
+    502        the request reaches RT; the client gets 502 Bad Gateway instead of RT's answer
+    blackhole  nothing reaches RT and nothing comes back (the client's read times out)
+    pass       a plain proxy
+
+`forwarded` counts the requests that reached RT.
+"""
+
+import http.client
+import socket
+import threading
+from urllib.parse import urlsplit
+
+
+class LossyProxy:
+    def __init__(self, target: str, *, mode: str):
+        parts = urlsplit(target)
+        self.target = (parts.hostname, parts.port)
+        self.mode = mode
+        self.forwarded = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.closed = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _read_request(self, conn):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+        length = int(next((v for k, v in headers.items() if k.lower() == "content-length"), 0))
+        while len(body) < length:
+            body += conn.recv(65536)
+        return method, path, headers, body
+
+    def _handle(self, conn):
+        with conn:
+            request = self._read_request(conn)
+            if request is None:
+                return
+            if self.mode == "blackhole":
+                while conn.recv(65536):  # hold it until the client gives up
+                    pass
+                return
+            method, path, headers, body = request
+            upstream = http.client.HTTPConnection(*self.target, timeout=30)
+            headers = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
+            upstream.request(method, path, body or None, headers)
+            answer = upstream.getresponse()
+            payload = answer.read()
+            upstream.close()
+            self.forwarded += 1
+            if self.mode == "drop":
+                return
+            if self.mode == "502":
+                conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            head = f"HTTP/1.1 {answer.status} {answer.reason}\r\n"
+            for key, value in answer.getheaders():
+                if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    head += f"{key}: {value}\r\n"
+            head += f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+            conn.sendall(head.encode("latin-1") + payload)
+
+    def close(self):
+        self.closed = True
+        self.sock.close()

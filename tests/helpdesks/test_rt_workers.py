@@ -1,0 +1,132 @@
+"""Real worker processes acting on a real RT: SIGKILLed around the calls, a ticket that does not exist, RT going down
+in the middle of a task. RT's own ticket histories are the judge (ops/killtest/rt.py), not the ledger.
+"""
+
+import signal
+import time
+import uuid
+
+import pytest
+
+from ledger.models import Effect, EffectState, EffectTransition
+from ops.killtest.report import Report
+from ops.killtest.rt import RTOracle, rt_writes
+from ops.rt_server import freeze_rt_process, start_rt_process, stop_rt_process
+from ticketagent.models import Item, ItemStatus, Task, TaskStatus
+from ticketagent.services.resume import task_resume
+from ticketagent.services.tasks import task_create
+from ticketagent.upload.rows import TicketRow
+
+from ..conftest import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+BODIES = ["My invoice {n} was charged twice, please refund one payment.",
+          "Tracking for order {n} has not moved in a week.",
+          "Thanks, all good now. You can close this ticket."]
+
+
+def rt_task(rt, n: int, *, failure_threshold: int = 3, ticket_ids=None) -> Task:
+    """A task over `n` new RT tickets (or the given ticket ids)."""
+    tag = uuid.uuid4().hex[:6]
+    rows = []
+    for i in range(n):
+        email, subject, body = f"c{i}-{tag}@example.com", f"Question {i} ({tag})", BODIES[i % 3].format(n=i)
+        ticket = ticket_ids[i] if ticket_ids else rt.create_ticket(subject, requestor=email, content=body)
+        rows.append(TicketRow(row=i + 2, ticket_id=str(ticket), customer_email=email, subject=subject, body=body,
+                              customer_name=f"Customer {i}"))
+    return task_create(rows=rows, name=f"rt {tag}", allow_auto_close=True, failure_threshold=failure_threshold)
+
+
+def crash_then_finish(workers, task: Task, windows: list[str], timeout: float = 60) -> None:
+    """One worker per window, each SIGKILLing itself there (LEDGER_CRASH_AT=<window>:1), then an ordinary
+    worker; the recovery sweep runs throughout."""
+    workers.start_recovery()
+    for window in windows:
+        [worker] = workers.start(1, extra_env={"LEDGER_CRASH_AT": f"{window}:1"})
+        assert worker.wait(timeout=timeout) == -signal.SIGKILL, workers.logs()
+    workers.start(1)
+    wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=timeout,
+             message=f"task to complete\n{workers.logs()}")
+
+
+def oracle_check(rt, task: Task) -> Report:
+    report = Report()
+    RTOracle(rt).check_round(Task.objects.get(pk=task.pk), report)
+    return report
+
+
+def test_a_worker_killed_after_the_reply_left_it_is_settled_by_look_up_with_one_reply(rt_workers, rt_server):
+    rt = rt_server
+    task = rt_task(rt, 1)
+    ticket = task.items.get().ticket_id
+    # the first worker dies once save_draft is committed, the second right after the reply's call
+    crash_then_finish(rt_workers, task, ["after_commit", "after_call"])
+    notify = Effect.objects.get(owner_task=str(task.pk), action="notify_customer")
+    assert notify.state == EffectState.COMMITTED and notify.resolved_by == "reconcile", notify.last_reconcile
+    assert notify.last_reconcile.startswith("found by custom field")
+    assert EffectTransition.objects.filter(effect=notify, to_state=EffectState.UNKNOWN).exists()
+    replies = [w for w in rt_writes(rt, ticket) if w.type == "Correspond"]
+    assert [w.keys for w in replies] == [{notify.idempotency_key}]
+    assert oracle_check(rt, task).problems == []
+
+
+def test_a_worker_killed_before_the_call_is_not_found_and_the_retry_replies_once(rt_workers, rt_server):
+    rt = rt_server
+    task = rt_task(rt, 1)
+    ticket = task.items.get().ticket_id
+    crash_then_finish(rt_workers, task, ["after_commit", "after_intent"])
+    notify = Effect.objects.get(owner_task=str(task.pk), action="notify_customer")
+    assert notify.state == EffectState.COMMITTED and notify.attempts == 2
+    assert EffectTransition.objects.filter(effect=notify, to_state=EffectState.FAILED,
+                                           from_state=EffectState.UNKNOWN).exists()
+    replies = [w for w in rt_writes(rt, ticket) if w.type == "Correspond"]
+    assert [w.keys for w in replies] == [{notify.idempotency_key}]
+    report = oracle_check(rt, task)
+    assert report.problems == [] and report.duplicates == 0
+
+
+def test_an_unknown_ticket_fails_its_item_once_with_a_clear_reason(rt_workers, rt_server):
+    task = rt_task(rt_server, 1, ticket_ids=[987654])
+    assert rt_workers.burst(timeout=60) == 0, rt_workers.logs()
+    item = Item.objects.get(task=task)
+    assert item.status == ItemStatus.FAILED and item.attempt == 1
+    assert item.last_error == "save_draft: ticket 987654 does not exist in Request Tracker"
+    [effect] = Effect.objects.filter(owner_task=str(task.pk))
+    assert (effect.action, effect.state, effect.attempts) == ("save_draft", EffectState.FAILED, 1)
+    time.sleep(1)  # nothing picks it up again by itself
+    item.refresh_from_db()
+    assert item.status == ItemStatus.FAILED and item.attempt == 1
+
+
+def test_rt_going_down_mid_task_suspends_it_and_nothing_is_lost_or_doubled(rt_workers, rt_server):
+    """RT first stops answering (requests in flight hang: their effects become
+    unknown), then goes away (connections refused: items fail; three in a row
+    suspend the task). Back on the same port, reconcile settles the unknown
+    effects by look-up; a resume finishes the task. RT's histories then hold
+    every committed effect once, and nothing else."""
+    rt = rt_server
+    task = rt_task(rt, 10)
+    rt_workers.start_recovery()
+    rt_workers.start(2)
+    wait_for(lambda: task.items.filter(status=ItemStatus.DONE).exists(), timeout=60, message="a first item done")
+    freeze_rt_process(rt)
+    try:
+        time.sleep(3)  # longer than a read timeout: what was in flight is now unknown
+        stop_rt_process(rt, grace=0)
+        wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.SUSPENDED, timeout=60,
+                 message=f"the task to be suspended\n{rt_workers.logs()}")
+    finally:
+        start_rt_process(rt)
+    task.refresh_from_db()
+    assert task.status_reason.startswith("3 consecutive failures"), task.status_reason
+    effects = Effect.objects.filter(owner_task=str(task.pk))
+    assert EffectTransition.objects.filter(effect__in=effects, to_state=EffectState.UNKNOWN).exists()
+    wait_for(lambda: not effects.filter(state__in=[EffectState.UNKNOWN, EffectState.INTENT]).exists(), timeout=60,
+             message="reconcile to settle every unknown effect")
+    task_resume(task_id=task.pk, actor="test")
+    wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=90,
+             message=f"the resumed task to complete\n{rt_workers.logs()}")
+    report = oracle_check(rt, task)
+    assert report.problems == [] and report.duplicates == 0 and report.lost_items == 0, report.problems
+    assert report.delivered == effects.filter(state=EffectState.COMMITTED).count()
