@@ -57,7 +57,7 @@ def test_a_viewer_sees_no_buttons_and_a_forged_post_gets_403(page, live_server, 
         (f"/tasks/{task.pk}/pause/", {}),
         (f"/tasks/{task.pk}/cancel/", {}),
         (f"/effects/{effect.pk}/reconcile/", {}),
-        (f"/effects/{effect.pk}/decide/", {"verdict": "happened", "reason": "forged"}),
+        (f"/effects/{effect.pk}/review/", {"verdict": "happened", "reason": "forged"}),
         (f"/items/{waiting.pk}/approval/", {"approval": "approve", "reason": "forged"}),
     ]
     for url, form in targets:
