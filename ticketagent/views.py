@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.actions import ACTIONS
 from ledger.channels import CHANNELS
 from ledger.models import Effect
-from ledger.services import ReviewError, effect_review, effect_reconcile
+from ledger.services import ReviewError, effect_reconcile, effect_review
 from ticketagent import selectors
 from ticketagent.export import event_line
 from ticketagent.models import Checkpoint, Event, Item, NotifyChannel, Task

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from ledger import faults
 from ledger.models import Effect, EffectState
-from ledger.services import effect_review, effect_reconcile
+from ledger.services import effect_reconcile, effect_review
 from ticketagent.llm import ModelError, OfflineModel
 from ticketagent.models import Item, ItemStatus, Task, TaskStatus
 from ticketagent.recovery import recover_once

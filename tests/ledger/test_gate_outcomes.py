@@ -4,7 +4,7 @@ import pytest
 
 from ledger.faults import SimulatedCrash, arm
 from ledger.models import BlockedDuplicate, Effect, EffectState, EffectTransition
-from ledger.services import effect_review, effect_reconcile
+from ledger.services import effect_reconcile, effect_review
 
 from ..conftest import wait_for
 from .helpers import NOTIFY, run_notify
