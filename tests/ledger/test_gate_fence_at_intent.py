@@ -15,6 +15,23 @@ def lost():
     raise Fenced("lease taken over")
 
 
+def lost_after_the_refused_insert():
+    """Holds for the fast path's INSERT (which the unique index refuses),
+    fails in the general path's transaction that follows."""
+    calls = []
+
+    def fence():
+        calls.append(1)
+        if len(calls) > 1:
+            raise Fenced("lease taken over")
+
+    return fence
+
+
+FENCES = pytest.mark.parametrize("fence", [lambda: lost, lost_after_the_refused_insert],
+                                 ids=["lost-at-once", "lost-after-the-refused-insert"])
+
+
 def received(sandbox) -> tuple[int, int]:
     """(write requests, deliveries) the sandbox helpdesk has seen."""
     counts = sandbox.counts()
@@ -35,14 +52,15 @@ class TestAFenceFailingAtTheIntent:
         assert result.called and result.state == EffectState.COMMITTED
         assert received(sandbox) == (1, 1)
 
-    def test_a_retry_of_a_failed_effect_is_not_attempted_and_the_row_stays_failed(self, sandbox):
+    @FENCES
+    def test_a_retry_of_a_failed_effect_is_not_attempted_and_the_row_stays_failed(self, sandbox, fence):
         sandbox.set_faults(error_next={"notify": 1}, error_status=422)
         first = run_notify()
         assert first.state == EffectState.FAILED
         requests_before, _ = received(sandbox)
 
         with pytest.raises(Fenced):
-            run_notify(lease_token="worker-b", fence=lost)
+            run_notify(lease_token="worker-b", fence=fence())
         assert received(sandbox) == (requests_before, 0)
         effect = Effect.objects.get()
         assert (effect.state, effect.attempts, effect.lease_token) == (EffectState.FAILED, 1, "worker-a")
@@ -53,10 +71,13 @@ class TestAFenceFailingAtTheIntent:
         assert retry.called and retry.effect.pk == effect.pk and retry.effect.attempts == 2
         assert received(sandbox) == (requests_before + 1, 1)
 
-    def test_a_duplicate_is_neither_attempted_nor_counted_as_blocked(self, sandbox):
+    @FENCES
+    @pytest.mark.parametrize("payload", [NOTIFY, {**NOTIFY, "body": {**NOTIFY["body"], "body": "regenerated"}}],
+                             ids=["same-key", "same-slot"])
+    def test_a_duplicate_or_conflict_is_neither_attempted_nor_counted_as_blocked(self, sandbox, fence, payload):
         run_notify()
         with pytest.raises(Fenced):
-            run_notify(NOTIFY, lease_token="worker-b", fence=lost)
+            run_notify(payload, lease_token="worker-b", fence=fence())
         assert received(sandbox) == (1, 1)
         assert BlockedDuplicate.objects.count() == 0
         assert Effect.objects.get().state == EffectState.COMMITTED

@@ -12,7 +12,7 @@ from ledger.models import BlockedDuplicate, Effect
 
 from ..conftest import ROOT
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 RACER = """
 import json, sys, time, django

@@ -85,6 +85,7 @@ def race_a_held_intent(env, racer_payload, verdict):
     return holder, racer
 
 
+@pytest.mark.slow
 class TestAnInsertMeetingAnUncommittedIntent:
     def test_is_refused_once_it_commits_and_blocked_as_a_duplicate(self, workers, sandbox):
         holder, racer = race_a_held_intent(workers.env, NOTIFY, "commit")
