@@ -1,4 +1,5 @@
-"""How the helpdesk channel reads answers the sandbox never gives: a write
+"""What the helpdesk channel sends (the key with a write, the token with
+every request), and how it reads answers the sandbox never gives: a write
 or look-up answered without a JSON body, a 408, a 5xx look-up, a helpdesk
 that cannot be reached (for the write: failed, nothing was sent; for the
 look-up: it cannot tell), a TLS handshake that never completes."""
@@ -22,6 +23,7 @@ class Scripted(BaseHTTPRequestHandler):
 
     def _answer(self):
         self.server.paths.append((self.command, self.path))
+        self.server.headers.append(dict(self.headers))
         status, body = self.server.answer
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
@@ -37,7 +39,7 @@ class Scripted(BaseHTTPRequestHandler):
 @pytest.fixture
 def helpdesk():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
-    server.paths, server.answer = [], (200, b"")
+    server.paths, server.headers, server.answer = [], [], (200, b"")
     threading.Thread(target=server.serve_forever, daemon=True).start()
     server.channel = HelpdeskChannel(base_url=f"http://127.0.0.1:{server.server_address[1]}", token="")
     yield server
@@ -64,6 +66,20 @@ class TestWhatTheHelpdeskAnswersAWrite:
         assert result.state == EffectState.FAILED
         assert "could not connect" in result.error
         assert helpdesk.paths == []
+
+
+class TestWhatTheHelpdeskIsSent:
+    def test_the_key_with_a_write_and_the_token_with_every_request(self, helpdesk):
+        channel = HelpdeskChannel(base_url=f"http://127.0.0.1:{helpdesk.server_address[1]}", token="hd-token-1")
+        channel.perform(SPEC, NOTIFY, "k1")
+        channel.lookup("k1")
+        write, lookup = helpdesk.headers
+        assert (write["Idempotency-Key"], write["Authorization"]) == ("k1", "Bearer hd-token-1")
+        assert "Idempotency-Key" not in lookup and lookup["Authorization"] == "Bearer hd-token-1"
+
+    def test_no_token_no_authorization(self, helpdesk):
+        helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        assert "Authorization" not in helpdesk.headers[0]
 
 
 class TestWhatTheHelpdeskAnswersALookUp:
