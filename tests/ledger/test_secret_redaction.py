@@ -8,7 +8,7 @@ from ledger.channels import REDACTED, CallResult, LookupResult, redact, secret_v
 
 
 @pytest.fixture
-def secrets(settings):
+def secrets(settings, monkeypatch):
     settings.HELPDESK_TOKEN = "hd-token-123456"
     settings.EMAIL_HOST_PASSWORD = ""
     settings.HELPDESK_URL = "https://agent:p%40ss-word-99@helpdesk.example"
@@ -17,7 +17,7 @@ def secrets(settings):
     settings.BROKEN_URL = "http://[::1"
     settings.PLAIN_URL = "https://helpdesk.example/api"
     settings.SHORT = "abc"
-    settings.DATABASES = {"default": {**settings.DATABASES["default"], "PASSWORD": "db-pass-777"}}
+    monkeypatch.setitem(settings.DATABASES["default"], "PASSWORD", "db-pass-777")
     return settings
 
 
