@@ -81,6 +81,15 @@ class TestReconcileWaitsForTheCallToEnd:
         assert effect.external_ref == delivery["id"] and effect.reconciled_at is not None
         assert effect.last_reconcile.startswith("found by key")
 
+    def test_it_asks_from_that_instant_on(self, sandbox, lookups, monkeypatch):
+        effect = unknown_effect()
+        ready = reconcile_not_before(effect)
+        monkeypatch.setattr(timezone, "now", lambda: ready - dt.timedelta(microseconds=1))
+        assert effect_reconcile(effect_id=effect.pk).reconciled_at is None and lookups == []
+        monkeypatch.setattr(timezone, "now", lambda: ready)
+        assert effect_reconcile(effect_id=effect.pk).reconciled_at == ready
+        assert lookups == [effect.idempotency_key]
+
     def test_an_absent_key_did_not_happen(self, sandbox):
         effect = effect_reconcile(effect_id=unknown_effect("after_intent").pk, force=True)
         assert (effect.state, effect.resolved_by, effect.verdict) == (
