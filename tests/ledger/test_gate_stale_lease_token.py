@@ -16,6 +16,7 @@ from django.db import connections
 from ledger.channels import CallResult, Channel, HelpdeskChannel
 from ledger.models import EffectState, Verdict
 from ledger.services import effect_reconcile, effects_mark_unknown
+from ledger.signals import effect_changed
 
 from .helpers import run_notify
 
@@ -56,8 +57,22 @@ class DeliverThenLetTheLateAnswerIn(HelpdeskChannel):
         return result
 
 
+@pytest.fixture
+def fenced():
+    """(actor, note) of every outcome the gate refused to record."""
+    seen = []
+
+    def on_change(sender, event, actor, note, **kwargs):
+        if event == "EFFECT_FENCED":
+            seen.append((actor, note))
+
+    effect_changed.connect(on_change, weak=False)
+    yield seen
+    effect_changed.disconnect(on_change)
+
+
 class TestAStaleLeaseTokenAfterARetry:
-    def test_the_late_outcome_of_attempt_1_does_not_overwrite_attempt_2(self, sandbox):
+    def test_the_late_outcome_of_attempt_1_does_not_overwrite_attempt_2(self, sandbox, fenced):
         sandbox.set_faults(honor_keys=False)  # as most helpdesks: a second call would be a second notification
         late = LateAnswer()
         results = {}
@@ -93,6 +108,8 @@ class TestAStaleLeaseTokenAfterARetry:
             ("intent", "token-a"), ("unknown", "recovery"), ("failed", "reconcile"),
             ("intent", "token-b"), ("committed", "token-b"),
         ]
+
+        assert fenced == [("token-a", "fenced lease token saw failed: helpdesk refused with 400: late answer")]
 
         # and so a third attempt is blocked: the customer is notified once
         c = run_notify(lease_token="token-c")
