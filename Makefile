@@ -4,6 +4,10 @@
 #                     helpdesk, Redis if needed); Ctrl-C stops everything
 #   make test         pytest on PostgreSQL if one is around, else SQLite
 #   make test-sqlite  the smoke subset (-m smoke) on SQLite
+#   make coverage     branch coverage of the ledger (tests/ledger + tests/agent,
+#                     worker and other child processes included); fails < 98%
+#   make mutation     cosmic-ray over ledger/gate.py and ledger/services.py
+#                     (long: run it in the background; docs/testing.md)
 #   make lint         ruff check . and make structure
 #   make structure    module and function sizes, private imports, import cycles
 #   make worker | recover | sandbox | bench    one piece at a time
@@ -28,7 +32,7 @@ PYTEST_ARGS ?=
 BOOTSTRAP_PYTHON ?= $(shell for p in python3.11 python3; do \
 	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help venv venv-dev run test test-sqlite lint structure worker recover sandbox bench clean
+.PHONY: help venv venv-dev run test test-sqlite coverage mutation lint structure worker recover sandbox bench clean
 
 help:
 	@sed -n '3,/^#$$/p' Makefile | sed 's/^# \{0,1\}//'
@@ -57,6 +61,24 @@ test: $(DEV_STAMP)
 
 test-sqlite: $(DEV_STAMP)
 	$(PY) scripts/run_tests.py --sqlite -m smoke $(PYTEST_ARGS)
+
+# Coverage of what reaches the ledger: its own tests and the agent's, whose
+# `manage.py worker` processes run the pipeline, hence the gate. Every Python
+# child process measures itself (pyproject.toml: [tool.coverage.run] patch);
+# each run gets a Redis server of its own. The report is printed even when a
+# test failed (the target fails then too). Data and HTML report: var/coverage/.
+coverage: $(DEV_STAMP)
+	rm -rf var/coverage
+	status=0; TICKETAGENT_REDIS_SERVER=$${TICKETAGENT_REDIS_SERVER:-system} \
+		$(PY) -m coverage run scripts/run_tests.py tests/ledger tests/agent $(PYTEST_ARGS) || status=$$?; \
+	$(PY) -m coverage combine -q && $(PY) -m coverage html -q -d var/coverage/html && \
+	$(PY) -m coverage report --fail-under=98 && exit $$status
+
+# cosmic-ray over the gate and the ledger's services, each mutant against
+# tests/ledger in a copy of the tree (scripts/mutation.py). ARGS=--survivors
+# reruns the last session's survivors after new tests.
+mutation: $(DEV_STAMP)
+	$(PY) scripts/mutation.py $(ARGS)
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check .

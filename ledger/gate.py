@@ -228,8 +228,8 @@ def _phase_intent(intent: Intent, fence) -> tuple[Effect, str]:
     # and no savepoint; the unique indexes are the check. If they refuse, the
     # transaction is gone, and the general path below (look-up, retry,
     # blocked duplicate or conflict) runs in a new one. Under PostgreSQL a
-    # concurrent uncommitted insert of the same key makes this INSERT wait,
-    # then fail, exactly as the general path's insert would.
+    # concurrent uncommitted insert of the same key or slot makes this INSERT
+    # wait: it fails once that row commits, and goes through if it rolls back.
     try:
         with transaction.atomic():
             if fence is not None:
@@ -237,9 +237,9 @@ def _phase_intent(intent: Intent, fence) -> tuple[Effect, str]:
             effect = _insert_intent(intent, timezone.now())
             record_transition(effect, "", "EFFECT_INTENT", actor=intent.lease_token, note=effect.payload_summary)
             return effect, ""
-    except IntegrityError:
-        pass
-    return _phase_intent_general(intent, fence)
+    except IntegrityError as exc:
+        refused = exc
+    return _phase_intent_general(intent, fence, refused)
 
 
 def _insert_intent(intent: Intent, now) -> Effect:
@@ -268,37 +268,34 @@ def _retry(existing: Effect, intent: Intent, now) -> Effect:
     return existing
 
 
-def _phase_intent_general(intent: Intent, fence) -> tuple[Effect, str]:
-    now = timezone.now()
+def _phase_intent_general(intent: Intent, fence, refused: IntegrityError) -> tuple[Effect, str]:
+    """The fast path's INSERT was refused: find the row that holds the key or
+    the slot, and retry it, or block this intent as a duplicate or conflict.
+
+    That row is always there. A unique index refuses an INSERT only for a
+    committed row (PostgreSQL, READ COMMITTED: an INSERT that meets an
+    uncommitted row waits for its transaction, fails if it commits and goes
+    through if it rolls back; SQLite: one writer at a time, so every other
+    row is committed), this transaction starts after that refusal and reads
+    what is committed, and ledger rows are never deleted. So there is no
+    "insert again" here: if neither look-up finds a row, the refusal came
+    from something the gate does not know, and it is raised, never hidden
+    (docs/testing.md)."""
     with transaction.atomic():
         if fence is not None:
             fence()
         existing = Effect.objects.select_for_update().filter(idempotency_key=intent.key).first()
-        if existing is None and intent.slot is not None:
-            existing = Effect.objects.select_for_update().filter(_by_slot(intent.slot)).first()
-            if existing is not None:
-                # Same slot, other payload: a regenerated decision must not
-                # become a second action. Blocked and shown, whatever the state.
-                _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, intent)
-                return existing, BlockedDuplicate.Kind.CONFLICT
         if existing is not None:
             if _retriable(existing):
-                return _retry(existing, intent, now), ""
+                return _retry(existing, intent, timezone.now()), ""
             _record_blocked(existing, BlockedDuplicate.Kind.DUPLICATE, intent)
             return existing, BlockedDuplicate.Kind.DUPLICATE
-        try:
-            with transaction.atomic():
-                effect = _insert_intent(intent, now)
-        except IntegrityError:
-            effect = None
-        if effect is None:
-            # Another process inserted the same key or slot between our read and
-            # our insert (PostgreSQL waits on the unique index, then refuses).
-            existing = (Effect.objects.filter(idempotency_key=intent.key).first()
-                        or Effect.objects.filter(_by_slot(intent.slot)).first())
-            kind = (BlockedDuplicate.Kind.DUPLICATE if existing.idempotency_key == intent.key
-                    else BlockedDuplicate.Kind.CONFLICT)
-            _record_blocked(existing, kind, intent)
-            return existing, kind
-        record_transition(effect, "", "EFFECT_INTENT", actor=intent.lease_token, note=effect.payload_summary)
-        return effect, ""
+        if intent.slot is not None:
+            existing = Effect.objects.select_for_update().filter(_by_slot(intent.slot)).first()
+        if existing is None:
+            raise IntegrityError(f"the ledger refused the intent {intent.key} but holds no row with its key "
+                                 f"or slot: {refused}") from refused
+        # Same slot, other payload: a regenerated decision must not become a
+        # second action. Blocked and shown, whatever the state.
+        _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, intent)
+        return existing, BlockedDuplicate.Kind.CONFLICT

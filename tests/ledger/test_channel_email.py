@@ -1,0 +1,83 @@
+"""How the email channel classifies what the mail server did: accepted is
+committed (the key is the Message-ID); refused before or at the message is
+failed; a connection lost after the message was sent is unknown, and with
+no look-up by key it stays unknown for a person to review."""
+
+import pytest
+
+from ledger.models import EffectState
+from ledger.services import effect_reconcile
+
+from ..fakes.smtp_server import ScriptedSMTPServer
+from .helpers import NOTIFY, run_notify
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def send_email(payload=None):
+    return run_notify(payload or NOTIFY, action="notify_customer_email")
+
+
+@pytest.fixture
+def scripted_smtp(request, settings):
+    server = ScriptedSMTPServer(mode=request.param).start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_PORT = server.port
+    yield server
+    server.stop()
+
+
+class TestTheEmailChannel:
+    def test_an_accepted_message_is_committed_under_its_message_id(self, sandbox, settings):
+        result = send_email()
+        effect = result.effect
+        message_id = f"<{effect.idempotency_key}@{settings.MESSAGE_ID_DOMAIN}>"
+        assert (result.state, effect.external_ref) == (EffectState.COMMITTED, message_id)
+        [delivery] = sandbox.deliveries(key=effect.idempotency_key)
+        assert delivery["endpoint"] == "email"
+        assert delivery["payload"]["message_id"] == message_id
+
+    def test_a_header_that_cannot_be_sent_is_failed_before_connecting(self, sandbox):
+        bad = {**NOTIFY, "body": {**NOTIFY["body"], "subject": "Re: refund\nBcc: everyone@example.com"}}
+        result = send_email(bad)
+        assert result.state == EffectState.FAILED
+        assert "cannot be sent" in result.effect.last_error
+        assert sandbox.counts()["requests"] == 0
+
+    def test_no_mail_server_is_failed(self, sandbox, settings):
+        settings.EMAIL_PORT = 9  # nothing listens on the discard port
+        result = send_email()
+        assert result.state == EffectState.FAILED
+        assert "could not connect to the mail server" in result.effect.last_error
+
+    def test_a_refused_message_is_failed(self, sandbox):
+        sandbox.set_faults(error_next={"email": 1})
+        result = send_email()
+        assert result.state == EffectState.FAILED
+        assert "refused the message" in result.effect.last_error
+        assert sandbox.counts()["deliveries"] == 0
+
+    @pytest.mark.parametrize("scripted_smtp", ["refuse_recipient"], indirect=True)
+    def test_a_refused_recipient_is_failed(self, scripted_smtp):
+        result = send_email()
+        assert result.state == EffectState.FAILED
+        assert "mail server refused" in result.effect.last_error
+        assert scripted_smtp.messages == []
+
+    @pytest.mark.parametrize("scripted_smtp", ["overlong_quit"], indirect=True)
+    def test_an_error_while_closing_after_acceptance_is_still_committed(self, scripted_smtp):
+        result = send_email()
+        assert result.state == EffectState.COMMITTED
+        assert len(scripted_smtp.messages) == 1
+
+    def test_a_connection_lost_after_sending_is_unknown_and_reconcile_cannot_tell(self, sandbox):
+        sandbox.set_faults(drop_next={"email": 1})
+        result = send_email()
+        assert result.state == EffectState.UNKNOWN
+        assert sandbox.counts()["by_endpoint"]["email"] == 1, "the message arrived before the drop"
+
+        effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+        assert effect.state == EffectState.UNKNOWN and effect.resolved_by == ""
+        assert effect.last_reconcile == "the email channel has no look-up by key"
+        assert effect.reconciled_at is not None
+        assert list(effect.transitions.values_list("to_state", flat=True)) == ["intent", "unknown", "unknown"]

@@ -1,0 +1,100 @@
+"""What the helpdesk channel sends (the key with a write, the token with
+every request), and how it reads answers the sandbox never gives: a write
+or look-up answered without a JSON body, a 408, a 5xx look-up, a helpdesk
+that cannot be reached (for the write: failed, nothing was sent; for the
+look-up: it cannot tell), a TLS handshake that never completes."""
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ledger.actions import action_spec
+from ledger.channels.rest import RestHelpdeskChannel
+from ledger.models import EffectState
+
+from .helpers import NOTIFY
+
+SPEC = action_spec("notify_customer")
+
+
+class Scripted(BaseHTTPRequestHandler):
+    """Answers every request with the server's (status, body)."""
+
+    def _answer(self):
+        self.server.paths.append((self.command, self.path))
+        self.server.headers.append(dict(self.headers))
+        status, body = self.server.answer
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def helpdesk():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    server.paths, server.headers, server.answer = [], [], (200, b"")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.channel = RestHelpdeskChannel(base_url=f"http://127.0.0.1:{server.server_address[1]}", token="")
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+class TestWhatTheHelpdeskAnswersAWrite:
+    def test_a_2xx_without_a_json_body_is_committed_without_a_reference(self, helpdesk):
+        helpdesk.answer = (201, b"created")
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        assert (result.state, result.external_ref) == (EffectState.COMMITTED, "")
+        assert helpdesk.paths == [("POST", "/api/tickets/T-1/notify")]
+
+    def test_a_408_is_unknown_not_failed(self, helpdesk):
+        helpdesk.answer = (408, b"request timeout")
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        assert result.state == EffectState.UNKNOWN
+        assert "answered 408" in result.error
+
+    def test_a_tls_handshake_that_fails_is_failed_and_nothing_is_sent(self, helpdesk):
+        channel = RestHelpdeskChannel(base_url=f"https://127.0.0.1:{helpdesk.server_address[1]}", token="")
+        result = channel.perform(SPEC, NOTIFY, "k1")
+        assert result.state == EffectState.FAILED
+        assert "could not connect" in result.error
+        assert helpdesk.paths == []
+
+
+class TestWhatTheHelpdeskIsSent:
+    def test_the_key_with_a_write_and_the_token_with_every_request(self, helpdesk):
+        channel = RestHelpdeskChannel(base_url=f"http://127.0.0.1:{helpdesk.server_address[1]}", token="hd-token-1")
+        channel.perform(SPEC, NOTIFY, "k1")
+        channel.lookup("k1", {})
+        write, lookup = helpdesk.headers
+        assert (write["Idempotency-Key"], write["Authorization"]) == ("k1", "Bearer hd-token-1")
+        assert "Idempotency-Key" not in lookup and lookup["Authorization"] == "Bearer hd-token-1"
+
+    def test_no_token_no_authorization(self, helpdesk):
+        helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        assert "Authorization" not in helpdesk.headers[0]
+
+
+class TestWhatTheHelpdeskAnswersALookUp:
+    def test_found_without_a_json_body_is_found_without_a_reference(self, helpdesk):
+        helpdesk.answer = (200, b"yes")
+        answer = helpdesk.channel.lookup("k1", {})
+        assert (answer.found, answer.external_ref) == (True, "")
+        assert helpdesk.paths == [("GET", "/api/lookup/k1")]
+
+    def test_a_5xx_cannot_tell(self, helpdesk):
+        helpdesk.answer = (503, b"busy")
+        answer = helpdesk.channel.lookup("k1", {})
+        assert (answer.found, answer.detail) == (None, "look-up answered 503")
+
+    def test_no_helpdesk_cannot_tell(self):
+        answer = RestHelpdeskChannel(base_url="http://127.0.0.1:9", token="").lookup("k1", {})
+        assert answer.found is None
+        assert answer.detail.startswith("look-up failed: ConnectionRefusedError")

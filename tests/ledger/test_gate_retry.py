@@ -1,0 +1,61 @@
+"""A retry after "did not happen" reuses the row and its key: attempt + 1,
+back to `intent` under the new caller's lease token, with the new intent
+time, the old error cleared and the newest approval recorded."""
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from ledger.models import Effect, EffectState
+
+from .helpers import run_notify
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CLOSE = {"ticket": "T-1", "body": {"reason": "solved"}}
+
+
+def close(lease_token, authorized_by, fence=None):
+    from ledger.gate import effect_run
+
+    return effect_run(action="close_ticket", payload=CLOSE, owner_task="t1", owner_item="i1",
+                      owner_step="close_ticket", lease_token=lease_token, authorized_by=authorized_by, fence=fence)
+
+
+class TestARetryReusesTheRow:
+    def test_the_row_is_back_in_intent_under_the_new_token_and_approval(self, sandbox):
+        sandbox.set_faults(error_next={"close": 1}, error_status=422)
+        first = close("worker-a", "approved by alice").effect
+        assert (first.state, first.authorized_by) == (EffectState.FAILED, "approved by alice")
+        Effect.objects.filter(pk=first.pk).update(intent_at=timezone.now() - dt.timedelta(hours=1))
+
+        seen = {}
+
+        def fence():
+            row = Effect.objects.filter(pk=first.pk).values("state", "lease_token", "attempts").get()
+            seen.setdefault(row["state"], row)
+
+        retry = close("worker-b", "approved by bob", fence=fence)
+        effect = Effect.objects.get()
+        assert retry.called and retry.effect.pk == effect.pk == first.pk
+        assert seen[EffectState.INTENT] == {"state": "intent", "lease_token": "worker-b", "attempts": 2}
+        assert (effect.state, effect.attempts, effect.lease_token) == (EffectState.COMMITTED, 2, "worker-b")
+        assert (effect.authorized_by, effect.last_error) == ("approved by bob", "")
+        assert timezone.now() - effect.intent_at < dt.timedelta(minutes=1)
+        assert effect.idempotency_key == first.idempotency_key
+        last_two = list(effect.transitions.values_list("from_state", "to_state", "note"))[-2:]
+        assert last_two[0] == ("failed", "intent", "attempt 2 with the same key")
+        assert sandbox.counts()["by_endpoint"]["close"] == 1
+
+    def test_a_once_effect_keeps_its_approval_when_the_retry_has_none(self, sandbox):
+        sandbox.set_faults(error_next={"notify": 1}, error_status=422)
+        from ledger.gate import effect_run
+
+        first = effect_run(action="notify_customer", payload={"ticket": "T-1", "body": {"to": "a@example.com",
+                           "subject": "s", "body": "b"}}, owner_task="t1", owner_item="i1",
+                           owner_step="notify_customer", lease_token="worker-a", authorized_by="approved by alice")
+        assert first.state == EffectState.FAILED
+        retry = run_notify({"ticket": "T-1", "body": {"to": "a@example.com", "subject": "s", "body": "b"}},
+                           lease_token="worker-b")
+        assert retry.called and retry.effect.authorized_by == "approved by alice"
