@@ -97,4 +97,4 @@ class TestWhatTheHelpdeskAnswersALookUp:
     def test_no_helpdesk_cannot_tell(self):
         answer = RestHelpdeskChannel(base_url="http://127.0.0.1:9", token="").lookup("k1", {})
         assert answer.found is None
-        assert answer.detail.startswith("look-up failed: ConnectionRefusedError")
+        assert answer.detail.startswith("look-up failed: could not connect to the helpdesk")
