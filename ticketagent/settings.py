@@ -83,6 +83,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "ticketagent.web.context_processors.product",
+                "ticketagent.web.context_processors.attention",
             ],
         },
     },
