@@ -31,7 +31,7 @@ def test_an_operator_without_javascript_resumes_and_decides(page, live_server, q
     page.wait_for_url(re.compile(rf"/tasks/{task.pk}/dry-run/#dry-run$"))
     expect(page.locator("#dry-run")).to_contain_text("recompute 2")
     page.locator("#confirm-resume").click()
-    page.wait_for_url(f"**/tasks/{task.pk}/")
+    page.wait_for_url(f"**/tasks/{task.pk}/#controls")  # to the controls: the new status and what comes next
     expect(page.locator("#task-status")).to_have_text("running")
     assert Event.objects.filter(task=task, type=EventType.RESUMED, actor="alice").exists()
 

@@ -14,7 +14,7 @@ from .conftest import assert_no_alerts, assert_same_page, csrf_token, login, mar
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ACTION_BUTTONS = ["Resume…", "Pause", "Cancel", "Reconcile now", "Decide", "Approve", "Reject",
-                  "Confirm resume", "Upload and start"]
+                  "Confirm resume", "Upload and start", "Retry", "Skip"]
 
 
 @pytest.fixture
@@ -41,7 +41,8 @@ def test_a_viewer_sees_no_buttons_and_a_forged_post_gets_403(page, live_server, 
     expect(page.locator("#nav-upload")).to_have_count(0)
     expect(page.locator(f"#task-{task.pk}")).to_contain_text("3 consecutive failures")
 
-    for url in ("/", f"/tasks/{task.pk}/", "/review/", f"/items/{waiting.pk}/", "/upload/"):
+    for url in ("/", f"/tasks/{task.pk}/", "/review/", f"/items/{waiting.pk}/", "/upload/", "/workers/",
+                "/search/?q=T-1"):
         page.goto(url)
         _assert_no_buttons(page)
     page.goto("/review/")
@@ -57,7 +58,9 @@ def test_a_viewer_sees_no_buttons_and_a_forged_post_gets_403(page, live_server, 
         (f"/tasks/{task.pk}/pause/", {}),
         (f"/tasks/{task.pk}/cancel/", {}),
         (f"/effects/{effect.pk}/reconcile/", {}),
-        (f"/effects/{effect.pk}/decide/", {"verdict": "happened", "reason": "forged"}),
+        (f"/effects/{effect.pk}/review/", {"verdict": "happened", "reason": "forged"}),
+        (f"/items/{waiting.pk}/retry/", {}),
+        (f"/items/{waiting.pk}/skip/", {"reason": "forged"}),
         (f"/items/{waiting.pk}/approval/", {"approval": "approve", "reason": "forged"}),
     ]
     for url, form in targets:
