@@ -50,11 +50,12 @@ class DryRun:
 
     @property
     def waiting(self) -> dict[str, int]:
-        """Items that wait for a person, by status: what the operator acts on instead (Review)."""
+        """Items that wait for a person, by status label: what the operator acts on instead (Review)."""
         out: dict[str, int] = {}
         for i in self.items:
             if i.status in (ItemStatus.WAITING_REVIEW, ItemStatus.WAITING_APPROVAL):
-                out[i.status] = out.get(i.status, 0) + 1
+                label = ItemStatus(i.status).label
+                out[label] = out.get(label, 0) + 1
         return out
 
     def as_dict(self) -> dict:
