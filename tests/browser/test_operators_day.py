@@ -54,7 +54,7 @@ def test_an_operators_day(page, live_server, workers, sandbox, alice):
     sandbox.set_faults(drop_next={"email": 1})
     morning = _upload(page, "Morning batch", _batch(TICKETS), email=True, shot="upload")
     expect(page.locator("#task-status")).to_have_text("needs review", timeout=60_000)
-    docs_screenshot(page.locator("main"), "watch")
+    docs_screenshot(page.locator("#task-head"), "watch")
 
     # the helpdesk refuses drafts: three failures in a row suspend the next batch
     sandbox.set_faults(error_status=422, error_rate={"draft": 1.0})
@@ -63,7 +63,7 @@ def test_an_operators_day(page, live_server, workers, sandbox, alice):
     expect(page.locator("#task-status")).to_have_text("suspended", timeout=60_000)
     expect(page.locator("#status-reason")).to_contain_text("3 consecutive failures")
     expect(page.locator("#att-suspended b")).to_have_text("1", timeout=15_000)
-    docs_screenshot(page.locator("main"), "suspended")
+    docs_screenshot(page.locator("#task-head"), "suspended")
 
     # the helpdesk is fixed; the dry-run first, then the resume
     sandbox.clear_faults()
@@ -72,7 +72,7 @@ def test_an_operators_day(page, live_server, workers, sandbox, alice):
     docs_screenshot(page.locator("#controls"), "dry-run")
     page.locator("#confirm-resume").click()
     expect(page.locator("#controls [role=status]")).to_contain_text("Resumed:")
-    docs_screenshot(page.locator("main"), "resumed")
+    docs_screenshot(page.locator("#task-head"), "resumed")
     expect(page.locator("#task-status")).to_have_text("completed", timeout=60_000)
     expect(page.locator("#resume-count")).to_have_text("resumed 1×")
 
