@@ -119,12 +119,15 @@ SEARCH_LIMIT = 100
 
 def search(query: str) -> tuple[list[Item], list[Task]]:
     """Items by ticket id or customer email (exact, case-insensitive for emails), tasks by name or id."""
-    query = query.strip()[:254]
+    query = query.replace("\x00", "").strip()[:254]  # PostgreSQL refuses NUL in text
     if not query:
         return [], []
     items = list(Item.objects.filter(Q(ticket_id=query) | Q(customer_email__iexact=query)).select_related("task")
                  .order_by("-task_id", "row")[:SEARCH_LIMIT])
-    by_name = Q(name__icontains=query) | (Q(pk=int(query.lstrip("#"))) if query.lstrip("#").isdigit() else Q())
+    number = query.lstrip("#")
+    by_name = Q(name__icontains=query)
+    if number.isascii() and number.isdigit() and len(number) <= 18:  # a task's number (and never past a bigint)
+        by_name |= Q(pk=int(number))
     tasks = list(Task.objects.filter(by_name).order_by("-id")[:SEARCH_LIMIT])
     return items, tasks
 
