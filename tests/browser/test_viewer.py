@@ -30,7 +30,8 @@ def suspended_task_with_an_unknown_effect(unknown_effect):
 def _assert_no_buttons(page):
     for name in ACTION_BUTTONS:
         expect(page.get_by_role("button", name=name)).to_have_count(0)
-        expect(page.get_by_role("link", name=name)).to_have_count(0)
+        # (exact for the short names: "Skip to content" is a link every page has)
+        expect(page.get_by_role("link", name=name, exact=name in ("Skip", "Retry"))).to_have_count(0)
 
 
 def test_a_viewer_sees_no_buttons_and_a_forged_post_gets_403(page, live_server, bob,

@@ -211,7 +211,7 @@ class TestActionsWithHtmx:
         assert 'id="controls"' not in same
         Task.objects.filter(pk=task.pk).update(status=TaskStatus.SUSPENDED, status_reason="3 consecutive failures")
         moved = client.get(url, {"shown": "queued"}, headers=HTMX).content.decode()
-        assert '<div id="controls" class="controls" hx-swap-oob="true">' in moved and 'id="resume"' in moved
+        assert 'hx-sync="#task-head:replace" hx-swap-oob="true">' in moved and 'id="resume"' in moved
         assert "shown=suspended" in moved
 
     def test_the_review_decision_needs_a_reason_and_says_so_inline(self, client, alice, unknown_effect):

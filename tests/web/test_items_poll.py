@@ -32,7 +32,7 @@ def test_one_poll_brings_everything_that_moves_and_stays_quiet_while_nothing_doe
 
     task_pause(task_id=task.pk, actor="alice")  # a change: a new event, a new status
     changed = client.get(url, {"shown": "queued", "since": since}, headers=HTMX)
-    assert changed.status_code == 200 and 'id="controls" class="controls" hx-swap-oob="true"' in changed.content.decode()
+    assert changed.status_code == 200 and 'hx-sync="#task-head:replace" hx-swap-oob="true"' in changed.content.decode()
     assert "PAUSED" in changed.content.decode()
 
     Task.objects.filter(pk=task.pk).update(status=TaskStatus.COMPLETED)
