@@ -1,6 +1,7 @@
 """Template filters for the pages: look-ups in dicts, step names, words from identifiers, durations and times."""
 
 import datetime as dt
+import re
 
 from django import template
 from django.utils import timezone
@@ -61,3 +62,12 @@ def when(value):
     shown = date_format(local, "Y-m-d H:i:s T")
     full = f"{date_format(local, 'l j F Y, H:i:s.u T')} (UTC{date_format(local, 'O')}) = {iso_utc(utc)}"
     return format_html('<time datetime="{}" title="{}">{}</time>', iso_utc(utc), full, shown)
+
+
+_LEASE_TOKEN = re.compile(r"^[0-9a-f]{32}$")
+
+
+@register.filter
+def who(actor):
+    """An event's actor as a person reads it: a worker's lease token (the ledger's actor) becomes "worker"."""
+    return "worker" if _LEASE_TOKEN.match(actor or "") else actor
