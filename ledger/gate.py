@@ -80,7 +80,7 @@ def summarize(payload: dict) -> str:
 def record_transition(effect: Effect, from_state: str, event: str, *, actor: str = "", note: str = "") -> None:
     """Append the transition and tell the owner, inside the caller's transaction."""
     EffectTransition.objects.create(
-        effect=effect, from_state=from_state, to_state=effect.state, actor=actor, note=note[:2000]
+        effect=effect, event=event, from_state=from_state, to_state=effect.state, actor=actor, note=note[:2000]
     )
     effect_changed.send(sender=Effect, effect=effect, event=event, actor=actor, note=note, from_state=from_state)
 
@@ -189,8 +189,9 @@ def _phase_outcome(effect: Effect, intent: Intent, result, fence, then) -> bool:
                 fence()
             except Fenced:
                 held = False
+        now = timezone.now()
         outcome = dict(state=result.state, external_ref=result.external_ref[:200], last_error=result.error[:4000],
-                       updated_at=timezone.now())
+                       answered=result.answered, outcome_at=now, updated_at=now)
         updated = Effect.objects.filter(pk=effect.pk, state=EffectState.INTENT,
                                         lease_token=intent.lease_token).update(**outcome)
         if not updated:
@@ -260,6 +261,7 @@ def _retry(existing: Effect, intent: Intent, now) -> Effect:
     existing.attempts += 1
     existing.lease_token = intent.lease_token
     existing.intent_at = now
+    existing.outcome_at = existing.answered = None
     existing.last_error = ""
     existing.authorized_by = intent.authorized_by or existing.authorized_by
     existing.save()

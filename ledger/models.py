@@ -76,6 +76,14 @@ class Effect(models.Model):
     last_reconcile = models.CharField(max_length=300, blank=True)
     reconciled_at = models.DateTimeField(null=True, blank=True)
 
+    # Evidence about the current attempt's call, for a person giving a verdict:
+    # when its outcome was recorded (null: never -- the caller died between
+    # intent and outcome) and whether the system answered at all (a status
+    # line came back; null when no outcome was recorded). An unanswered call
+    # may still have landed; an answered one cannot land later.
+    outcome_at = models.DateTimeField(null=True, blank=True)
+    answered = models.BooleanField(null=True, blank=True)
+
     created_at = models.DateTimeField(auto_now_add=True)
     # When the current attempt's intent was recorded: reconcile waits until
     # the call it guards can no longer be in flight.
@@ -110,6 +118,8 @@ class EffectTransition(models.Model):
     """Every state change of an effect, in the transaction that made it."""
 
     effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="transitions")
+    # what made it: EFFECT_INTENT, EFFECT_COMMITTED, REVIEWED, EFFECT_RECONCILED, ... (the signal's event)
+    event = models.CharField(max_length=40, blank=True)
     from_state = models.CharField(max_length=16, blank=True)
     to_state = models.CharField(max_length=16)
     actor = models.CharField(max_length=150, blank=True)
@@ -118,6 +128,7 @@ class EffectTransition(models.Model):
 
     class Meta:
         ordering = ["id"]
+        indexes = [models.Index(fields=["event", "-id"], name="ledger_transition_event_idx")]
 
 
 class BlockedDuplicate(models.Model):

@@ -18,7 +18,7 @@ def csv_batch(n: int, *, prefix="T", subject="Refund for my last invoice", body=
 
 def make_task(n: int = 3, **kwargs):
     kwargs.setdefault("filename", "batch.csv")
-    data = kwargs.pop("data", None) or csv_batch(n, **{k: kwargs.pop(k) for k in ("subject", "body", "priority")
+    data = kwargs.pop("data", None) or csv_batch(n, **{k: kwargs.pop(k) for k in ("subject", "body", "priority", "prefix")
                                                        if k in kwargs})
     return task_upload(data=data, **kwargs)
 

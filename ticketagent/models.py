@@ -5,6 +5,7 @@ import hashlib
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Upper
 
 
 class TaskStatus(models.TextChoices):
@@ -123,6 +124,9 @@ class Item(models.Model):
             models.Index(fields=["task", "finished_at"], name="item_task_finished_idx"),
             # a task's items in upload order, a page at a time (task detail)
             models.Index(fields=["task", "row"], name="item_task_row_idx"),
+            # search across tasks: by ticket id, by customer email (case-insensitive)
+            models.Index(fields=["ticket_id"], name="item_ticket_idx"),
+            models.Index(Upper("customer_email"), name="item_customer_email_idx"),
         ]
 
     def __str__(self):
@@ -165,13 +169,14 @@ class EventType(models.TextChoices):
     PLANNED = "PLANNED"
     ITEM_STARTED = "ITEM_STARTED"
     STEP_DONE = "STEP_DONE"
+    STEP_SKIPPED = "STEP_SKIPPED"  # an effect step the decision did not choose: recorded, never run
     TOOL_CALL = "TOOL_CALL"
     ITEM_DONE = "ITEM_DONE"
     ITEM_FAILED = "ITEM_FAILED"
     ITEM_WAITING = "ITEM_WAITING"
     ITEM_REQUEUED = "ITEM_REQUEUED"
     ITEM_STOPPED = "ITEM_STOPPED"  # handed back (queued) because its task was paused or suspended
-    ITEM_SKIPPED = "ITEM_SKIPPED"  # will not run: its task was cancelled
+    ITEM_SKIPPED = "ITEM_SKIPPED"  # will not run: its task was cancelled, or an operator skipped it
     RECOVERED = "RECOVERED"
     EFFECT_INTENT = "EFFECT_INTENT"
     EFFECT_RETRY = "EFFECT_RETRY"

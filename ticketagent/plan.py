@@ -31,6 +31,12 @@ STEPS: tuple[Step, ...] = (
 )
 STEP_NAMES = tuple(s.name for s in STEPS)
 MODEL_STEPS = tuple(s.name for s in STEPS if s.kind == "model")
+# The output of an effect step the decision did not choose (a STEP_SKIPPED event, not STEP_DONE).
+NOT_CHOSEN = {"skipped": "not chosen by the decision"}
+
+
+def not_chosen(output) -> bool:
+    return output == NOT_CHOSEN
 
 
 def step_name(cursor: int | None) -> str:

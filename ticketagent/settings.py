@@ -83,6 +83,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "ticketagent.web.context_processors.product",
+                "ticketagent.web.context_processors.attention",
             ],
         },
     },
@@ -146,7 +147,8 @@ LOGIN_REDIRECT_URL = "tasks"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+# The zone pages write local time in (with the zone shown); exports and logs are UTC whatever it is.
+TIME_ZONE = envstr("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 

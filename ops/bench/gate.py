@@ -145,11 +145,13 @@ def ledger_writes_by_hand(run_id: str) -> dict[str, Callable[[int], None]]:
     qn = connection.ops.quote_name
     insert = (f"INSERT INTO {qn(Effect._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
               f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id")
-    into = f"INSERT INTO {qn(EffectTransition._meta.db_table)} (effect_id, from_state, to_state, actor, note, at)"
-    transition = f"{into} VALUES (%s, %s, %s, %s, %s, %s)"
-    transition_of_e = f"{into} SELECT id, %s, %s, %s, %s, %s FROM e"
+    into = (f"INSERT INTO {qn(EffectTransition._meta.db_table)} "
+            "(effect_id, event, from_state, to_state, actor, note, at)")
+    transition = f"{into} VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    transition_of_e = f"{into} SELECT id, %s, %s, %s, %s, %s, %s FROM e"
     outcome = (f"UPDATE {qn(Effect._meta.db_table)} SET state = %s, external_ref = %s, last_error = '', "
-               "updated_at = %s WHERE id = %s AND state = %s AND lease_token = %s RETURNING id")
+               "answered = true, outcome_at = %s, updated_at = %s WHERE id = %s AND state = %s AND lease_token = %s "
+               "RETURNING id")
 
     def intent_row(kind: str, i: int) -> tuple[list, str]:
         body = payload(i)
@@ -169,23 +171,25 @@ def ledger_writes_by_hand(run_id: str) -> dict[str, Callable[[int], None]]:
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(insert, values)
             effect_id = cur.fetchone()[0]
-            cur.execute(transition, [effect_id, "", EffectState.INTENT, "bench", summary, timezone.now()])
+            cur.execute(transition, [effect_id, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary,
+                                     timezone.now()])
         with transaction.atomic(), connection.cursor() as cur:
             now = timezone.now()
-            cur.execute(outcome, [EffectState.COMMITTED, "stub-1", now, effect_id, EffectState.INTENT, "bench"])
+            cur.execute(outcome, [EffectState.COMMITTED, "stub-1", now, now, effect_id, EffectState.INTENT, "bench"])
             cur.fetchone()
-            cur.execute(transition, [effect_id, EffectState.INTENT, EffectState.COMMITTED, "bench", "stub-1", now])
+            cur.execute(transition, [effect_id, "EFFECT_COMMITTED", EffectState.INTENT, EffectState.COMMITTED, "bench",
+                                     "stub-1", now])
 
     def one_statement(i: int) -> None:
         values, summary = intent_row("single", i)
         with connection.cursor() as cur:
             cur.execute(f"WITH e AS ({insert}) {transition_of_e} RETURNING effect_id",
-                        [*values, "", EffectState.INTENT, "bench", summary, timezone.now()])
+                        [*values, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary, timezone.now()])
             effect_id = cur.fetchone()[0]
             now = timezone.now()
             cur.execute(f"WITH e AS ({outcome}) {transition_of_e} RETURNING effect_id",
-                        [EffectState.COMMITTED, "stub-1", now, effect_id, EffectState.INTENT, "bench",
-                         EffectState.INTENT, EffectState.COMMITTED, "bench", "stub-1", now])
+                        [EffectState.COMMITTED, "stub-1", now, now, effect_id, EffectState.INTENT, "bench",
+                         "EFFECT_COMMITTED", EffectState.INTENT, EffectState.COMMITTED, "bench", "stub-1", now])
             cur.fetchone()
 
     return {"raw": by_hand, "single": one_statement}

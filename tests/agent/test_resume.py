@@ -47,9 +47,12 @@ def test_resume_leaves_unknown_effects_alone(workers, sandbox):
     item = task.items.get()
     assert item.status == ItemStatus.WAITING_REVIEW
     plan = task_dry_run(task_id=task.pk)
-    assert plan.totals["needs_confirmation"] == 1
-    task_resume(task_id=task.pk, actor="alice")
+    assert plan.totals["needs_confirmation"] == 1 and not plan.can_resume
+    with pytest.raises(ServiceError, match="nothing to resume"):  # nothing it could enqueue: not a resume
+        task_resume(task_id=task.pk, actor="alice")
     assert workers.burst() == 0
+    task.refresh_from_db()
+    assert task.resume_count == 0
     item.refresh_from_db()
     assert item.status == ItemStatus.WAITING_REVIEW
     assert Effect.objects.get(owner_item=str(item.pk), action="notify_customer").state == EffectState.UNKNOWN
@@ -79,3 +82,21 @@ def test_unsupported_checkpoint_versions_need_migration_and_a_new_task_carries_o
     if Effect.objects.filter(owner_item=str(first.pk), action="notify_customer", state="committed").exists():
         assert sandbox.counts()["by_endpoint"]["notify"] == notified_before + 2
     assert sandbox.counts()["duplicates"] == 0
+
+
+def test_the_dry_run_command_prints_a_header_and_a_resume_of_nothing_is_refused(queue, capsys):
+    from django.core.management import CommandError, call_command
+
+    task = make_task(2)
+    first, second = task.items.order_by("row")
+    Item.objects.filter(pk=first.pk).update(status=ItemStatus.DONE)
+    Item.objects.filter(pk=second.pk).update(status=ItemStatus.WAITING_APPROVAL)
+    task.__class__.objects.filter(pk=task.pk).update(status=TaskStatus.NEEDS_REVIEW)
+    call_command("resume", str(task.pk), "--dry-run")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ticket", "status", "resume", "will", "steps", "note"]
+    assert lines[1].startswith("T-2") and "needs_confirmation" in lines[1]
+    with pytest.raises(CommandError, match="nothing to resume"):
+        call_command("resume", str(task.pk))
+    task.refresh_from_db()
+    assert task.resume_count == 0 and not Event.objects.filter(task=task, type=EventType.RESUMED).exists()

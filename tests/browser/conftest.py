@@ -126,3 +126,115 @@ def assert_same_page(page) -> None:
 def assert_no_alerts(page) -> None:
     alerts = [d for d in page.dialogs if d[0] != "confirm"]
     assert alerts == [], f"a dialog fired: {alerts}"
+
+
+# --------------------------------------------------------------------------- what every page must be
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1400, "height": 1000}
+SERIOUS = ("serious", "critical")
+ACTIONS = "button, a.button, input[type=submit]"
+DOCS_IMG = ROOT / "docs" / "img"
+
+
+def assert_fits_the_screen(page, where: str = "") -> None:
+    """No sideways scroll (the document is no wider than the window), and every
+    visible action button lies within the window's width."""
+    found = page.evaluate("""(selector) => {
+        const width = window.innerWidth;
+        const off = [];
+        for (const el of document.querySelectorAll(selector)) {
+            const r = el.getBoundingClientRect();
+            if (!r.width || !r.height || getComputedStyle(el).visibility === "hidden") continue;
+            if (r.left < -0.5 || r.right > width + 0.5) off.push(`${el.textContent.trim()} at x=${Math.round(r.left)}..${Math.round(r.right)}`);
+        }
+        return {scroll: document.documentElement.scrollWidth, width, off};
+    }""", ACTIONS)
+    assert found["scroll"] <= found["width"], f"{where}: the page is {found['scroll']} px wide in a {found['width']} px window"
+    assert not found["off"], f"{where}: action buttons off screen: {found['off']}"
+
+
+def assert_accessible(page, where: str = "") -> None:
+    """axe-core (bundled with axe-playwright-python, nothing downloads): no serious or critical violation."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    violations = Axe().run(page).response["violations"]
+    bad = [f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:4]}"
+           for v in violations if v["impact"] in SERIOUS]
+    assert not bad, f"{where}: " + "\n".join(bad)
+
+
+def assert_keyboard_reaches_every_action(page, where: str = "") -> None:
+    """Tab from the top of the page: every visible button, link and form field gets the focus in turn."""
+    total = page.evaluate("""() => {
+        let n = 0;
+        for (const el of document.querySelectorAll("a[href], button, input:not([type=hidden]), select, textarea")) {
+            const r = el.getBoundingClientRect();
+            if (!r.width || !r.height || el.disabled) continue;
+            el.dataset.kbd = String(n++);
+        }
+        window.__kbdSeen = new Set();
+        document.addEventListener("focusin", (e) => { if (e.target.dataset && e.target.dataset.kbd) window.__kbdSeen.add(e.target.dataset.kbd); });
+        document.activeElement && document.activeElement.blur();
+        return n;
+    }""")
+    for _ in range(total + 2):
+        page.keyboard.press("Tab")
+    missed = page.evaluate("""() => [...document.querySelectorAll("[data-kbd]")]
+        .filter((el) => !window.__kbdSeen.has(el.dataset.kbd))
+        .map((el) => el.outerHTML.slice(0, 120))""")
+    assert not missed, f"{where}: not reachable by keyboard: {missed}"
+
+
+def docs_screenshot(target, name: str) -> None:
+    """With DOCS_SCREENSHOTS=1 a test saves what it sees for docs/operator-guide.md (docs/img/NAME.png)."""
+    if os.environ.get("DOCS_SCREENSHOTS") != "1":
+        return
+    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+    target.screenshot(path=str(DOCS_IMG / f"{name}.png"))
+
+
+@pytest.fixture
+def operator_world(unknown_effect, queue):  # noqa: F811 - the fixture imported above
+    """Something on every page that needs a person, made by the real services (no workers run):
+    a suspended task, a task that needs review (a failed item, a close waiting for approval),
+    an unknown email, and a queued task."""
+    from django.utils import timezone
+
+    from ticketagent.models import Item, ItemStatus, Task, TaskStatus
+
+    from ..factories import make_task
+
+    now = timezone.now()
+    suspended = make_task(6, name="Suspended batch")
+    rows = list(suspended.items.order_by("row"))
+    Item.objects.filter(pk=rows[0].pk).update(status=ItemStatus.DONE, finished_at=now)
+    Item.objects.filter(pk__in=[i.pk for i in rows[1:4]]).update(
+        status=ItemStatus.FAILED, finished_at=now, last_error="triage: the model server answered 503")
+    Task.objects.filter(pk=suspended.pk).update(
+        status=TaskStatus.SUSPENDED, consecutive_failures=3, last_success_item=rows[0], started_at=now,
+        status_reason="3 consecutive failures: model server error")
+    review = make_task(3, name="Needs review batch", prefix="R")
+    failed, waiting, done = review.items.order_by("row")
+    Item.objects.filter(pk=failed.pk).update(status=ItemStatus.FAILED, finished_at=now,
+                                             last_error="save_draft: helpdesk refused with 422: body too long")
+    Item.objects.filter(pk=waiting.pk).update(status=ItemStatus.WAITING_APPROVAL,
+                                              last_error="close_ticket is irreversible and waits for an operator's approval")
+    Item.objects.filter(pk=done.pk).update(status=ItemStatus.DONE, finished_at=now)
+    Task.objects.filter(pk=review.pk).update(status=TaskStatus.NEEDS_REVIEW, started_at=now, finished_at=now)
+    effect = unknown_effect(make_task(1, name="Email batch", notify_channel="email", prefix="M"), channel="email")
+    running = make_task(2, name="Queued batch", prefix="Q")
+    return {"suspended": suspended, "review": review, "failed": failed, "waiting": waiting, "effect": effect,
+            "running": running}
+
+
+def every_page(world) -> dict[str, str]:
+    """Every page an operator opens, with something on it."""
+    return {
+        "tasks": "/", "upload": "/upload/", "upload from the helpdesk": "/upload/?from=helpdesk",
+        "task (suspended)": f"/tasks/{world['suspended'].pk}/",
+        "dry-run": f"/tasks/{world['suspended'].pk}/dry-run/",
+        "task (needs review)": f"/tasks/{world['review'].pk}/",
+        "review": "/review/", "item": f"/items/{world['failed'].pk}/",
+        "search": "/search/?q=R-1", "workers": "/workers/", "effect classes": "/ledger/actions/",
+    }

@@ -95,4 +95,4 @@ def test_pause_and_cancel_update_the_page_in_place_and_errors_show_inline(page, 
     assert task.status == TaskStatus.CANCELLED
     assert list(Event.objects.filter(task=task, actor="alice").values_list("type", flat=True)) == [
         EventType.TASK_CREATED, EventType.PLANNED, EventType.PAUSED, EventType.CANCELLED,
-        EventType.ITEM_SKIPPED, EventType.ITEM_SKIPPED]  # each queued item skipped, an event each
+        EventType.ITEM_SKIPPED, EventType.ITEM_SKIPPED]  # the cancel skipped both queued items

@@ -56,11 +56,17 @@ EXPECT: dict[str, dict] = {
     "tasks/<int:pk>/clone/": _action(302),                       # a new task from the unfinished items
     "items/<int:pk>/": _PAGE,
     "items/<int:pk>/approval/": _action(409),                    # no decision given
+    "items/<int:pk>/retry/": _action(409),                       # the item is not failed
+    "items/<int:pk>/skip/": _action(409),                        # no reason given
+    "search/": _PAGE,                                            # tickets, customers and tasks across tasks
     "review/": _PAGE,
+    "attention/": _PAGE,                                         # the header's counts (polled)
+    "workers/": _PAGE,                                           # workers, queue depth, leases: read-only
     "effects/<int:pk>/reconcile/": _action(302),
     "effects/<int:pk>/review/": _action(409),                    # no verdict given
     "ledger/actions/": _PAGE,
     "metrics": {"anonymous": (401, 405), "viewer+": (200, 405)},  # 401: login or METRICS_TOKEN
+    "favicon.ico": {"anonymous": (200, 405), "viewer+": (200, 405)},  # browsers ask for it on their own
     "accounts/login/": {"anonymous": (200, 200), "viewer+": (200, 200)},  # POST without credentials: the form again
     "accounts/logout/": {"anonymous": (405, 302), "viewer+": (405, 302)},
 }

@@ -233,12 +233,12 @@ def test_error_pages_and_error_logs_leak_no_secret(client, alice, settings, s, m
     settings.OPENAI_API_KEY = s.openai
     settings.DEBUG = debug
 
-    def explode(**kwargs):
+    def explode(*args, **kwargs):
         helpdesk_headers = {"Authorization": f"Bearer {s.helpdesk}"}  # a local variable the debug page lists
         raise RuntimeError(f"boom: key={s.openai} headers={helpdesk_headers} smtp={s.smtp} "
                            f"db=postgres://app:{s.db}@db.internal/ticketagent")
 
-    monkeypatch.setattr("ticketagent.web.review.selectors.review_queue", explode)
+    monkeypatch.setattr("ticketagent.web.review.selectors_review.review_unknown", explode)
     client.force_login(alice)
     client.raise_request_exception = False
     response = client.get(reverse("review"))

@@ -82,14 +82,25 @@ class TestTasksPage:
         assert "alert" in tile.split(">")[0], "an unknown older than the threshold is highlighted"
         assert "20 min" in tile[:tile.index("</div>")]
 
-    def test_the_poll_returns_the_table_and_the_tiles_out_of_band(self, client, bob):
-        make_task(1)
+    def test_the_table_polls_while_a_task_is_live_and_the_tiles_poll_on_their_own(self, client, bob):
+        task = make_task(1)
         client.force_login(bob)
-        body = client.get(reverse("tasks"), {"status": "running"}, headers=HTMX).content.decode()
-        assert body.lstrip().startswith('<table class="tasks" id="task-table"')
-        assert 'hx-get="/?status=running"' in body
-        assert '<section class="tiles" id="health" hx-swap-oob="true"' in body
-        assert "<html" not in body
+        body = client.get(reverse("tasks"), {"status": "running"}, headers=HTMX)
+        assert body.status_code == 200
+        html = body.content.decode()
+        assert html.lstrip().startswith('<table class="tasks stack" id="task-table" data-live="yes"')
+        assert 'hx-get="/?status=running"' in html and "<html" not in html
+
+        Task.objects.filter(pk=task.pk).update(status=TaskStatus.COMPLETED)
+        final = client.get(reverse("tasks"), headers=HTMX)
+        assert final.status_code == 286, "nothing is live: the table stops polling"
+        assert 'data-live="no"' in final.content.decode() and "hx-trigger" not in final.content.decode()
+
+        tiles = client.get(reverse("tasks"), {"part": "health", "table_live": "0"}, headers=HTMX).content.decode()
+        assert tiles.lstrip().startswith('<section class="tiles" id="health"') and 'id="task-table"' not in tiles
+        Task.objects.filter(pk=task.pk).update(status=TaskStatus.RUNNING)
+        tiles = client.get(reverse("tasks"), {"part": "health", "table_live": "0"}, headers=HTMX).content.decode()
+        assert 'id="task-table" hx-swap-oob="true"' in tiles, "a task became live: the table comes along and polls"
 
 
 class TestTaskPage:
@@ -101,7 +112,7 @@ class TestTaskPage:
         html = client.get(reverse("task-detail", args=[task.pk])).content.decode()
         row = html[html.index(f'id="item-{effect.owner_item}"'):]
         row = row[:row.index("</tr>")]
-        assert "waiting for review" in row and "<td>2</td>" in row
+        assert "waiting for review" in row and '<td data-label="Attempts">2</td>' in row
         assert "triage" in row  # no checkpoint yet: the next step is the first one
         assert 'class="pill e-unknown"' in row and "notify_customer" in row
         assert "outcome unknown" in row
@@ -197,10 +208,10 @@ class TestActionsWithHtmx:
         client.force_login(alice)
         url = reverse("task-progress", args=[task.pk])
         same = client.get(url, {"shown": "queued"}, headers=HTMX).content.decode()
-        assert "hx-swap-oob" not in same
+        assert 'id="controls"' not in same
         Task.objects.filter(pk=task.pk).update(status=TaskStatus.SUSPENDED, status_reason="3 consecutive failures")
         moved = client.get(url, {"shown": "queued"}, headers=HTMX).content.decode()
-        assert '<div id="controls" class="controls" hx-swap-oob="true">' in moved and 'id="resume"' in moved
+        assert 'hx-sync="#task-head:replace" hx-swap-oob="true">' in moved and 'id="resume"' in moved
         assert "shown=suspended" in moved
 
     def test_the_review_decision_needs_a_reason_and_says_so_inline(self, client, alice, unknown_effect):
@@ -270,7 +281,7 @@ class TestReviewQueue:
         row = html[html.index(f'id="effect-{effect.pk}"'):]
         row = row[:row.index("</tr>")]
         for expected in (f"task {effect.owner_task}", item.ticket_id, "notify_customer", "helpdesk",
-                         effect.idempotency_key, "Your refund is on its way", "<td>1</td>", "waiting for review"):
+                         effect.idempotency_key, "Your refund is on its way", "attempt 1", "waiting for review"):
             assert expected in row, expected
         assert "Reconcile now" not in row and "Decide" not in row, "viewers see no buttons"
 

@@ -97,7 +97,7 @@ def test_every_page_renders_untrusted_text_escaped(client, alice, evil_task):
     for where, url in pages.items():
         headers = HTMX if "fragment" in where else {}
         response = client.get(url, headers=headers)
-        assert response.status_code == 200, where
+        assert response.status_code in (200, 286), where  # 286: a fragment whose polling ends
         html = response.content.decode()
         assert_inert(html, where)
         seen_escaped += "&lt;script&gt;alert(" in html or "&lt;img src=x onerror=" in html

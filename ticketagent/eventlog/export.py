@@ -6,6 +6,8 @@ string that already starts with an apostrophe gets one more. `unescape()`
 undoes it, so `manage.py replay --from events.jsonl` sees the original data.
 """
 
+import datetime as dt
+
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
 
 
@@ -29,6 +31,11 @@ def unescape(value):
     return value
 
 
+def iso_utc(value: dt.datetime) -> str:
+    """ISO 8601 in UTC with a Z: how exports and logs write time."""
+    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
 def event_line(event) -> dict:
-    return {"timestamp": event.timestamp.isoformat(), "type": event.type, "payload": export_safe(event.payload),
+    return {"timestamp": iso_utc(event.timestamp), "type": event.type, "payload": export_safe(event.payload),
             "item": event.item_id, "actor": export_safe(event.actor)}

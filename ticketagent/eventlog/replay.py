@@ -12,6 +12,8 @@ from ticketagent.models import Blob, Checkpoint, Event
 
 EFFECT_FIELDS = ("key", "slot", "action", "effect_class", "channel", "state", "attempts", "step", "payload_hash",
                  "external_ref", "resolved_by", "verdict", "reviewed_by")
+# both carry a step's output into the checkpoint: STEP_SKIPPED is a step the decision did not choose
+STEP_EVENTS = ("STEP_DONE", "STEP_SKIPPED")
 CHECKPOINT_FIELDS = ("plan_version", "schema_version", "cursor", "input_hash", "step_outputs", "retry_count")
 
 
@@ -26,7 +28,7 @@ def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).con
             checkpoints[item] = {"plan_version": payload["plan_version"], "schema_version": payload["schema_version"],
                                  "cursor": payload["cursor"], "input_hash": payload["input_hash"],
                                  "step_outputs": {}, "retry_count": 0}
-        elif kind == "STEP_DONE":
+        elif kind in STEP_EVENTS:
             cp = checkpoints[item]
             output = event["output"] if "output" in event else blob(payload["output_ref"])
             cp["step_outputs"] = {**cp["step_outputs"], payload["step"]: output}
@@ -48,7 +50,7 @@ _decode = json.JSONDecoder().raw_decode
 
 
 def task_events(task_id: int, chunk: int = 5000) -> Iterable[dict]:
-    """The task's events in order, each STEP_DONE carrying its output (one blob
+    """The task's events in order, each STEP_DONE or STEP_SKIPPED carrying its output (one blob
     query per chunk of events, not one per event). Read with plain SQL and
     decoded here: the ORM's per-row conversion cost as much as the reading."""
     table, quote = Event._meta.db_table, connection.ops.quote_name
@@ -63,11 +65,11 @@ def task_events(task_id: int, chunk: int = 5000) -> Iterable[dict]:
             return
         last_id = rows[-1][0]
         batch = [(kind, _decode(payload)[0], item) for _, kind, payload, item in rows]
-        refs = {p["output_ref"] for t, p, _ in batch if t == "STEP_DONE"}
+        refs = {p["output_ref"] for t, p, _ in batch if t in STEP_EVENTS}
         blobs = dict(Blob.objects.filter(sha256__in=refs).values_list("sha256", "content")) if refs else {}
         for kind, payload, item in batch:
             event = {"type": kind, "payload": payload, "item": item}
-            if kind == "STEP_DONE":
+            if kind in STEP_EVENTS:
                 event["output"] = blobs[payload["output_ref"]]
             yield event
 

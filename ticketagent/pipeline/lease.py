@@ -10,7 +10,7 @@ import logging
 import os
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -133,6 +133,9 @@ class ItemRun:
     outputs: dict
     task_status: str = ""
     stopped: bool = False
+    # effect steps the decision did not choose, not yet recorded: they are
+    # written (STEP_SKIPPED) with the next recovery point
+    pending: list = field(default_factory=list)
 
 
 def hold(run: ItemRun) -> None:

@@ -25,7 +25,7 @@ from ticketagent.pipeline.lease import (
     task_of_item,
     worker_name,
 )
-from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS
+from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
 from ticketagent.services.tasks import task_locked, task_maybe_finish
 
 
@@ -106,15 +106,26 @@ def item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> None
         task_maybe_finish(task)
 
 
+def _record_pending(run: ItemRun) -> None:
+    """Inside a phase holding the item: the steps the decision did not choose,
+    passed since the last recovery point, are recorded before the item stops,
+    so its cursor points at the step it stopped on."""
+    if run.pending:
+        run.cursor, run.outputs = record_steps(run, run.pending)
+        run.pending = []
+
+
 def phase_fail(run: ItemRun, *, kind, message):
     with transaction.atomic():
         task, item = lock_held(run.item.pk, run.token)
+        _record_pending(run)
         item_fail_locked(task, item, kind=kind, message=message)
 
 
 def phase_wait(run: ItemRun, *, status, reason, event_type):
     with transaction.atomic():
         task, item = lock_held(run.item.pk, run.token)
+        _record_pending(run)
         release(item, status)
         item.last_error = reason[:4000]
         item.save()
@@ -122,11 +133,10 @@ def phase_wait(run: ItemRun, *, status, reason, event_type):
         task_maybe_finish(task)
 
 
-def phase_done(run: ItemRun, pending=()):
+def phase_done(run: ItemRun):
     with transaction.atomic():
         task, item = lock_held(run.item.pk, run.token)
-        if pending:
-            record_steps(run, pending)
+        _record_pending(run)
         release(item, ItemStatus.DONE)
         item.last_error = ""
         item.save()
@@ -150,7 +160,8 @@ def record_steps(run: ItemRun, steps, tool_calls=()) -> tuple[int, dict]:
         for call in tool_calls if n == len(steps) else ():  # the tool calls belong to the last step
             events.append(Event(task_id=task_id, item_id=item_id, type=EventType.TOOL_CALL,
                                 payload={"step": step, **call}))
-        events.append(Event(task_id=task_id, item_id=item_id, type=EventType.STEP_DONE,
+        kind = EventType.STEP_SKIPPED if not_chosen(output) else EventType.STEP_DONE
+        events.append(Event(task_id=task_id, item_id=item_id, type=kind,
                             payload={"step": step, "cursor": cursor, "output_ref": ref}))
     events_append(events)
     # No read first: the checkpoint is ours, and the cursor we know is the
@@ -179,12 +190,13 @@ def stop_if_task_stopped(run: ItemRun) -> bool:
     return True
 
 
-def phase_step_done(run: ItemRun, steps, tool_calls=()) -> bool:
-    """Persist steps' outputs and advance the cursor. False when the task
-    stopped (paused, suspended, cancelled) and the item was handed back."""
+def phase_step_done(run: ItemRun, step: str, output, tool_calls=()) -> bool:
+    """Persist a step's output (after the unchosen steps before it) and advance
+    the cursor. False when the task stopped (paused, suspended, cancelled) and
+    the item was handed back."""
     with transaction.atomic():
         hold(run)
-        cursor, outputs = record_steps(run, steps, tool_calls)
+        cursor, outputs = record_steps(run, [*run.pending, (step, output)], tool_calls)
         stopped = stop_if_task_stopped(run)
-    run.cursor, run.outputs = cursor, outputs
+    run.cursor, run.outputs, run.pending = cursor, outputs, []
     return not stopped

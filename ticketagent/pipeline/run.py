@@ -14,7 +14,7 @@ from ticketagent.llm.schemas import Decision
 from ticketagent.pipeline.lease import Heartbeat, ItemRun, LeaseLost
 from ticketagent.pipeline.phases import lease_acquire, phase_done, phase_fail, phase_step_done
 from ticketagent.pipeline.steps import RECORDED, WAIT, run_effect_step, run_model_step
-from ticketagent.plan import STEPS
+from ticketagent.plan import NOT_CHOSEN, STEPS
 
 
 def item_process(*, item_id: int, attempt: int, model=None) -> str:
@@ -40,7 +40,6 @@ def _run_steps(run: ItemRun, model) -> str:
     task = run.item.task
     model = model or get_model_client()
     cursor = run.cursor
-    pending: list[tuple[str, dict]] = []  # steps the decision did not choose: persisted with the next phase
     while cursor < len(STEPS):
         step = STEPS[cursor]
         calls = []
@@ -53,23 +52,22 @@ def _run_steps(run: ItemRun, model) -> str:
         else:
             decision = Decision.model_validate(run.outputs["decide"])
             if step.name not in decision.actions:
-                pending.append((step.name, {"skipped": "not chosen by the decision"}))
+                # recorded (STEP_SKIPPED) with the next recovery point
+                run.pending.append((step.name, dict(NOT_CHOSEN)))
                 cursor += 1
                 continue
-            output = run_effect_step(step.name, run, task, pending)
+            output = run_effect_step(step.name, run, task)
             if output is WAIT:
                 return f"waiting at {step.name}"
             if output is RECORDED:
-                pending = []
                 cursor += 1
                 if run.stopped:
                     return f"task stopped after {step.name}"
                 continue
-        if not phase_step_done(run, [*pending, (step.name, output)], calls):
+        if not phase_step_done(run, step.name, output, calls):
             return f"task stopped after {step.name}"
-        pending = []
         cursor += 1
-    phase_done(run, pending)
+    phase_done(run)
     return "done"
 
 

@@ -87,7 +87,7 @@ def _settled_before(item: Item, step: str) -> dict | None:
     return None
 
 
-def run_effect_step(step, run: ItemRun, task: Task, pending):
+def run_effect_step(step, run: ItemRun, task: Task):
     """Returns the step output to record, RECORDED when the gate's phase 2
     recorded it with the effect's outcome, or WAIT when the item stopped
     (failed / waits)."""
@@ -106,7 +106,7 @@ def run_effect_step(step, run: ItemRun, task: Task, pending):
         # inside phase 2, the item locked by the fence: the step's recovery
         # point commits with the effect's outcome
         if effect.state == EffectState.COMMITTED:
-            recorded["checkpoint"] = record_steps(run, [*pending, (step, _effect_summary(effect))])
+            recorded["checkpoint"] = record_steps(run, [*run.pending, (step, _effect_summary(effect))])
             recorded["stopped"] = stop_if_task_stopped(run)
 
     result = effect_run(
@@ -119,6 +119,7 @@ def run_effect_step(step, run: ItemRun, task: Task, pending):
         raise LeaseLost(f"item {item.pk}: fenced while calling {step}")
     if "checkpoint" in recorded:
         run.cursor, run.outputs = recorded["checkpoint"]
+        run.pending = []
         run.stopped = recorded["stopped"]
         return RECORDED
     return _gate_answer(step, run, result)

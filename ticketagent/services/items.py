@@ -1,4 +1,4 @@
-"""Operator actions on items: hand an item back to the queue, continue it after review, approve or reject a close."""
+"""Operator actions on items: requeue (retry, continue after review, approval), skip, approve or reject a close."""
 
 from django.db import transaction
 from django.utils import timezone
@@ -8,7 +8,52 @@ from ticketagent import jobs
 from ticketagent.eventlog.append import event_append, events_append
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.services import ServiceError
-from ticketagent.services.tasks import task_locked
+from ticketagent.services.tasks import task_locked, task_maybe_finish
+
+# A failed item is retried or skipped by an operator while its task waits for a
+# person or runs; a suspended or paused task is resumed instead (its dry-run
+# shows what that retries).
+ITEM_ACTION_TASK_STATUSES = (TaskStatus.NEEDS_REVIEW, TaskStatus.RUNNING, TaskStatus.QUEUED)
+
+
+def _failed_item_locked(item_id: int, verb: str) -> tuple[Task, Item]:
+    """Inside a transaction: the task and the failed item, locked in that order, or ServiceError."""
+    item = Item.objects.only("task_id").filter(pk=item_id).first()
+    if item is None:
+        raise ServiceError("no such item")
+    task = task_locked(item.task_id)
+    item = Item.objects.select_for_update().get(pk=item_id)
+    if item.status != ItemStatus.FAILED:
+        raise ServiceError(f"this item is {item.get_status_display()}, not failed: there is nothing to {verb}")
+    if task.status not in ITEM_ACTION_TASK_STATUSES:
+        raise ServiceError(f"its task is {task.get_status_display()}: resume the task instead (its dry-run "
+                           f"shows the failed items it retries)")
+    return task, item
+
+
+def item_retry(*, item_id: int, reason: str = "", actor: str) -> Item:
+    """An operator sends a failed item back to the queue (its next attempt), recorded with who and why."""
+    with transaction.atomic():
+        task, item = _failed_item_locked(item_id, "retry")
+        why = "retried by an operator" + (f": {reason.strip()[:500]}" if reason and reason.strip() else "")
+        items_requeue(task, [item], actor=actor, why=why)
+    return item
+
+
+def item_skip(*, item_id: int, reason: str, actor: str) -> Item:
+    """An operator gives up on a failed item: `skipped`, with the reason, and the task may complete."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ServiceError("a reason is required to skip an item")
+    with transaction.atomic():
+        task, item = _failed_item_locked(item_id, "skip")
+        item.status = ItemStatus.SKIPPED
+        item.finished_at = timezone.now()
+        item.save(update_fields=["status", "finished_at", "updated_at"])
+        event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_SKIPPED, actor=actor,
+                     payload={"status": ItemStatus.SKIPPED, "reason": reason[:1000], "was": ItemStatus.FAILED})
+        task_maybe_finish(task)
+    return item
 
 
 def item_continue(*, item_id: int, actor: str = "system") -> bool:

@@ -35,7 +35,28 @@ class DryRun:
 
     @property
     def will_enqueue(self) -> int:
-        return sum(1 for i in self.items if i.category in ("recompute", "retry", "continue"))
+        """Items resuming sends back to the queue (running items just go on)."""
+        return sum(1 for i in self.items if i.category in ("recompute", "retry", "continue")
+                   and i.status in RESUMABLE_ITEM_STATUSES)
+
+    @property
+    def running(self) -> int:
+        return sum(1 for i in self.items if i.status == ItemStatus.RUNNING)
+
+    @property
+    def can_resume(self) -> bool:
+        """A resume that would enqueue nothing and let nothing go on is not offered (nor counted)."""
+        return not self.blocked_reason and (self.will_enqueue > 0 or self.running > 0)
+
+    @property
+    def waiting(self) -> dict[str, int]:
+        """Items that wait for a person, by status label: what the operator acts on instead (Review)."""
+        out: dict[str, int] = {}
+        for i in self.items:
+            if i.status in (ItemStatus.WAITING_REVIEW, ItemStatus.WAITING_APPROVAL):
+                label = ItemStatus(i.status).label
+                out[label] = out.get(label, 0) + 1
+        return out
 
     def as_dict(self) -> dict:
         return {"task_id": self.task_id, "totals": self.totals, "blocked_reason": self.blocked_reason,
@@ -125,8 +146,14 @@ def task_resume(*, task_id: int, actor: str) -> DryRun:
     return plan
 
 
+NOTHING_TO_RESUME = ("nothing to resume: no item can be sent back to the queue; what waits for a person "
+                     "(approvals, unknown effects) is acted on on the Review page")
+
+
 def _resume_locked(task: Task, plan: DryRun, actor: str) -> None:
     items = list(Item.objects.select_for_update().filter(task=task, status__in=RESUMABLE_ITEM_STATUSES))
+    if not items and not task.items.filter(status=ItemStatus.RUNNING).exists():
+        raise ServiceError(NOTHING_TO_RESUME)  # not counted: a resume of nothing is no resume
     Checkpoint.objects.filter(item__in=[i.pk for i in items]).update(retry_count=F("retry_count") + 1)
     task.status = TaskStatus.RUNNING
     task.status_reason = ""

@@ -57,8 +57,8 @@ def task_locked(task_id: int) -> Task:
 
 def task_maybe_finish(task: Task) -> None:
     """Inside a transaction holding the task lock: close the task when no item
-    can move without a person."""
-    if task.status not in ACTIVE_TASK_STATUSES:
+    can move without a person (and a task that needs review once nothing waits)."""
+    if task.status not in (*ACTIVE_TASK_STATUSES, TaskStatus.NEEDS_REVIEW):
         return
     # Runs at the end of every item: while items are still queued or running
     # (nearly always), stop at the first one instead of counting the task.
@@ -69,7 +69,10 @@ def task_maybe_finish(task: Task) -> None:
         return
     total = sum(counts.values())
     finished = counts.get(ItemStatus.DONE, 0) + counts.get(ItemStatus.SKIPPED, 0)
-    task.status = TaskStatus.COMPLETED if finished == total else TaskStatus.NEEDS_REVIEW
+    status = TaskStatus.COMPLETED if finished == total else TaskStatus.NEEDS_REVIEW
+    if status == task.status:
+        return  # needs review still: nothing changed
+    task.status = status
     task.final_counts = counts if task.status == TaskStatus.COMPLETED else None
     task.finished_at = timezone.now()
     task.status_reason = "" if task.status == TaskStatus.COMPLETED else (

@@ -1,7 +1,14 @@
-"""Template filters for the pages: look-ups in dicts, step names, words from identifiers."""
+"""Template filters for the pages: look-ups in dicts, step names, words from identifiers, durations and times."""
+
+import datetime as dt
+import re
 
 from django import template
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
+from django.utils.html import format_html
 
+from ticketagent.eventlog.export import iso_utc
 from ticketagent.plan import step_name as _step_name
 
 register = template.Library()
@@ -42,3 +49,25 @@ def duration(seconds):
 def words(value):
     """needs_confirmation -> needs confirmation."""
     return str(value).replace("_", " ")
+
+
+@register.filter
+def when(value):
+    """The one way a time is written: local time with its zone, the full
+    timestamp (and its UTC form) on hover, ISO 8601 UTC for machines."""
+    if not value:
+        return "—"
+    local = timezone.localtime(value)
+    utc = value.astimezone(dt.UTC)
+    shown = date_format(local, "Y-m-d H:i:s T")
+    full = f"{date_format(local, 'l j F Y, H:i:s.u T')} (UTC{date_format(local, 'O')}) = {iso_utc(utc)}"
+    return format_html('<time datetime="{}" title="{}">{}</time>', iso_utc(utc), full, shown)
+
+
+_LEASE_TOKEN = re.compile(r"^[0-9a-f]{32}$")
+
+
+@register.filter
+def who(actor):
+    """An event's actor as a person reads it: a worker's lease token (the ledger's actor) becomes "worker"."""
+    return "worker" if _LEASE_TOKEN.match(actor or "") else actor

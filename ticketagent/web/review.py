@@ -1,6 +1,13 @@
-"""The review queue: unknown effects (reconcile now, or a verdict with a reason) and closes waiting for approval."""
+"""The review queue: what waits for a person, and the verdicts, approvals, retries and skips that settle it.
+
+Unknown effects (reconcile now, or a verdict with a reason, with the evidence
+that is known), closes waiting for approval, failed items of tasks that need
+review (retry, or skip with a reason), suspended tasks (resume after the
+dry-run), and the audit trail. The header's attention counts link here.
+"""
 
 from django.conf import settings
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
@@ -9,22 +16,20 @@ from ledger.models import Effect
 from ledger.services import ReviewError, effect_reconcile, effect_review
 from ticketagent.models import Item
 from ticketagent.services import ServiceError
-from ticketagent.services.items import item_approve
-from ticketagent.web import selectors
+from ticketagent.services.items import item_approve, item_retry, item_skip
+from ticketagent.web import selectors_review
 from ticketagent.web.access import actor, login_required, render_page, require_operator
 
 
-def _lookup_channels() -> set[str]:
-    return set(lookup_channel_names())
-
-
 def _review_page(request, *, error="", status=200):
-    unknown, approvals = selectors.review_queue(unknown_page=request.GET.get("unknown_page"),
-                                                approvals_page=request.GET.get("approvals_page"))
+    get = request.GET.get
     return render_page(request, "review/queue.html", None, {
-        "unknown": unknown, "approvals": approvals, "lookup_channels": _lookup_channels(),
+        "unknown": selectors_review.review_unknown(get("unknown_page")),
+        "approvals": selectors_review.review_approvals(get("approvals_page")),
+        "failed": selectors_review.review_failed(get("failed_page")),
+        "suspended": selectors_review.suspended_tasks(),
+        "recent": selectors_review.audit_trail(),
         "page_error": error, "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
-        "recent": Effect.objects.exclude(resolved_by="").order_by("-updated_at")[:30],
     }, status=status)
 
 
@@ -34,6 +39,16 @@ def review_queue(request):
     return _review_page(request)
 
 
+@login_required
+@require_GET
+def attention(request):
+    """The header's counts (polled). 204 while they are what the page shows (`?shown=`): nothing to swap."""
+    counts = selectors_review.attention_counts()
+    if request.htmx and request.GET.get("shown") == counts.signature:
+        return HttpResponse(status=204)
+    return render_page(request, "base.html", "attention", {"attention": counts})
+
+
 def _effect_answer(request, effect, error=""):
     """After reconcile or a verdict: the updated row (htmx), else the page."""
     status = 409 if error else 200
@@ -41,10 +56,9 @@ def _effect_answer(request, effect, error=""):
         if error:
             return _review_page(request, error=f"effect {effect.pk}: {error}", status=status)
         return redirect("review")
-    [effect] = selectors.effects_with_owners([effect])
+    [effect] = selectors_review.with_evidence([effect])
     return render_page(request, "review/queue.html", "effect-row", {
-        "effect": effect, "error": error, "lookup_channels": _lookup_channels(),
-        "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
+        "effect": effect, "error": error, "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
     }, status=status)
 
 
@@ -54,7 +68,7 @@ def effect_reconcile_view(request, pk):
     require_operator(request)
     effect = get_object_or_404(Effect, pk=pk)
     error = ""
-    if effect.channel not in _lookup_channels():
+    if effect.channel not in lookup_channel_names():
         error = f"the {effect.channel} channel has no look-up by key: decide by hand, with a reason"
     else:
         effect = effect_reconcile(effect_id=effect.pk, actor=actor(request), force=True)
@@ -76,24 +90,55 @@ def effect_review_view(request, pk):
     return _effect_answer(request, effect, error)
 
 
-@login_required
-@require_POST
-def item_approval_view(request, pk):
-    require_operator(request)
-    item = get_object_or_404(Item, pk=pk)
-    error = ""
-    approval = request.POST.get("approval", "")
-    try:
-        if approval not in ("approve", "reject"):
-            raise ServiceError("choose approve or reject")
-        item = item_approve(item_id=item.pk, approved=approval == "approve",
-                            reason=request.POST.get("reason", ""), actor=actor(request))
-    except ServiceError as exc:
-        error = str(exc)
-        item.refresh_from_db()
+def _item_answer(request, item, fragment: str, error: str):
+    """After an approval, a retry or a skip: the updated row (htmx), else the page."""
     status = 409 if error else 200
     if not request.htmx:
         if error:
             return _review_page(request, error=f"item {item.ticket_id}: {error}", status=status)
         return redirect("review")
-    return render_page(request, "review/queue.html", "approval-row", {"item": item, "error": error}, status=status)
+    item.refresh_from_db()
+    return render_page(request, "review/queue.html", fragment, {"item": item, "error": error}, status=status)
+
+
+@login_required
+@require_POST
+def item_approval_view(request, pk):
+    require_operator(request)
+    item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
+    error = ""
+    approval = request.POST.get("approval", "")
+    try:
+        if approval not in ("approve", "reject"):
+            raise ServiceError("choose approve or reject")
+        item_approve(item_id=item.pk, approved=approval == "approve", reason=request.POST.get("reason", ""),
+                     actor=actor(request))
+    except ServiceError as exc:
+        error = str(exc)
+    return _item_answer(request, item, "approval-row", error)
+
+
+@login_required
+@require_POST
+def item_retry_view(request, pk):
+    require_operator(request)
+    item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
+    error = ""
+    try:
+        item_retry(item_id=item.pk, reason=request.POST.get("reason", ""), actor=actor(request))
+    except ServiceError as exc:
+        error = str(exc)
+    return _item_answer(request, item, "failed-row", error)
+
+
+@login_required
+@require_POST
+def item_skip_view(request, pk):
+    require_operator(request)
+    item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
+    error = ""
+    try:
+        item_skip(item_id=item.pk, reason=request.POST.get("reason", ""), actor=actor(request))
+    except ServiceError as exc:
+        error = str(exc)
+    return _item_answer(request, item, "failed-row", error)

@@ -11,13 +11,14 @@ import json
 
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ticketagent.eventlog.export import event_line
 from ticketagent.health import health_numbers
-from ticketagent.models import Event, Task
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, Task
 from ticketagent.plan import STEPS
 from ticketagent.services import ServiceError
 from ticketagent.services.resume import task_clone_unfinished, task_dry_run, task_resume
@@ -37,19 +38,29 @@ from ticketagent.web.access import (
 @login_required
 @require_GET
 def task_list(request):
+    """The tasks and the health tiles. The table polls itself (2 s) only while a
+    task on it is live (286 stops it); the tiles poll slowly (`?part=health`) and
+    bring the table along when a task became live meanwhile."""
     status_filter = request.GET.get("status", "")
     if status_filter not in selectors.FILTERS:
         status_filter = ""
+    tasks = selectors.tasks_for_dashboard(status_filter=status_filter)
+    live = any(t.status in ACTIVE_TASK_STATUSES for t in tasks)
     context = {
-        "tasks": selectors.tasks_for_dashboard(status_filter=status_filter),
+        "tasks": tasks, "live": live,
         "status_filter": status_filter,
         "filters": [(f, f.replace("_", " ")) for f in selectors.FILTERS],
         "health": health_numbers(),
         "health_cache_seconds": settings.HEALTH_CACHE_SECONDS,
         "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
     }
-    # The htmx poll gets the table, plus the tiles as an out-of-band swap.
-    return render_page(request, "tasks/list.html", "task-table", context)
+    if request.htmx and request.GET.get("part") == "health":
+        context["bring_table"] = live and request.GET.get("table_live") != "1"
+        return render_page(request, "tasks/list.html", "health-poll", context)
+    response = render_page(request, "tasks/list.html", "task-table", context)
+    if request.htmx and not live:
+        response.status_code = HTMX_STOP_POLLING
+    return response
 
 
 def _detail_context(request, task: Task, **extra) -> dict:
@@ -60,6 +71,7 @@ def _detail_context(request, task: Task, **extra) -> dict:
         "items": items,
         "effects_by_item": selectors.items_page_effects(items),
         "events": selectors.task_recent_events(task),
+        "last_event_id": selectors.task_last_event_id(task),
         "step_count": len(STEPS),
         **extra,
     }
@@ -69,22 +81,30 @@ def _detail_context(request, task: Task, **extra) -> dict:
 @require_GET
 def task_detail(request, pk):
     task = task_or_404(pk)
-    # The items table polls itself (with its page) while the task runs.
-    fragment = "items" if request.htmx and request.headers.get("HX-Target") == "items" else None
-    return render_page(request, "tasks/detail.html", fragment, _detail_context(request, task))
+    return render_page(request, "tasks/detail.html", None, _detail_context(request, task))
 
 
 @login_required
 @require_GET
 def task_progress(request, pk):
-    """The polled progress fragment. The page says which status it shows
-    (`?shown=`); when the task moved on, the actions come along out of band,
-    so a task that got suspended while the page was open offers Resume."""
+    """The task page's one poll: progress, items table, timeline and resume
+    count come together (the last three out of band), so they never disagree.
+
+    The page says what it shows: the task's last event id (`since`; every
+    change appends an event) and status (`shown`). Unchanged: 204, nothing
+    is rendered. When the status moved on, the controls come along too, so a
+    task that got suspended while the page was open offers Resume. Once the
+    task is final: 286, and htmx stops polling."""
     task = task_or_404(pk)
-    context = {"task": task, "progress": selectors.task_progress(task),
-               "refresh_controls": request.htmx and request.GET.get("shown", task.status) != task.status}
-    response = render_page(request, "tasks/detail.html", "progress", context)
-    if task.is_final and request.htmx:
+    if not request.htmx:
+        return render_page(request, "tasks/detail.html", None, _detail_context(request, task))
+    shown = request.GET.get("shown", task.status)
+    if (not task.is_final and shown == task.status
+            and request.GET.get("since") == str(selectors.task_last_event_id(task))):
+        return HttpResponse(status=204)
+    context = _detail_context(request, task, refresh_controls=shown != task.status)
+    response = render_page(request, "tasks/detail.html", "live", context)
+    if task.is_final:
         response.status_code = HTMX_STOP_POLLING
     return response
 
@@ -128,13 +148,12 @@ def _task_control(request, pk, service, done_message):
     task.refresh_from_db()
     status = 409 if error else 200
     if not request.htmx:
-        if not error:
-            return redirect("task-detail", pk=task.pk)
+        if not error:  # to the controls, where the new status and the next actions are
+            return redirect(reverse("task-detail", args=[task.pk]) + "#controls")
         return render_page(request, "tasks/detail.html", None,
                        _detail_context(request, task, control_error=error), status=status)
     return render_page(request, "tasks/detail.html", "control-result",
-                   {"task": task, "control_error": error, "control_message": message,
-                    "progress": selectors.task_progress(task)}, status=status)
+                       _detail_context(request, task, control_error=error, control_message=message), status=status)
 
 
 @login_required

@@ -19,6 +19,7 @@ class Command(BaseCommand):
         if not Task.objects.filter(pk=task).exists():
             raise CommandError(f"task {task} does not exist")
         plan = task_dry_run(task_id=task)
+        self.stdout.write(f"{'ticket':<20} {'status':<17} {'resume will':<19} steps  note")
         for entry in plan.items:
             if entry.category == "done":
                 continue

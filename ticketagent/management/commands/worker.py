@@ -1,5 +1,7 @@
 """`manage.py worker`: one recovery pass, then an RQ worker for the item queue."""
 
+import uuid
+
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
@@ -14,7 +16,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
-        parser.add_argument("--name", default=None, help="worker name (default: rq's)")
+        parser.add_argument("--name", default=None, help="worker name (default: <inproc|fork>-<random>)")
         parser.add_argument("--with-scheduler", action="store_true")
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--fork", dest="fork", action="store_true", default=None,
@@ -38,6 +40,6 @@ class Command(BaseCommand):
             for conn in connections.all():
                 if not conn.settings_dict.get("CONN_MAX_AGE"):
                     conn.settings_dict["CONN_MAX_AGE"] = None
-        if name:
-            kwargs["name"] = name
+        # The kind is part of the name, so the workers page can tell it from rq's registry.
+        kwargs["name"] = name or f"{'fork' if fork else 'inproc'}-{uuid.uuid4().hex[:12]}"
         call_command("rqworker", settings.RQ_QUEUE, **kwargs)

@@ -1,0 +1,47 @@
+"""Item pages: an item's full history (steps, attempts, effects, verdicts) and search across tasks; the favicon."""
+
+import json
+
+from django.conf import settings
+from django.contrib.staticfiles import finders
+from django.http import FileResponse, Http404
+from django.shortcuts import get_object_or_404
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_GET
+
+from ticketagent.models import Checkpoint, Item
+from ticketagent.web import selectors_ops
+from ticketagent.web.access import login_required, render_page
+
+
+@login_required
+@require_GET
+def item_detail(request, pk):
+    item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
+    checkpoint = Checkpoint.objects.filter(item=item).first()
+    events, effects = selectors_ops.item_history(item)
+    return render_page(request, "tasks/item.html", None, {
+        "item": item, "checkpoint": checkpoint,
+        "checkpoint_json": json.dumps(checkpoint.snapshot(), indent=2, ensure_ascii=False) if checkpoint else "",
+        "effects": effects, "events": events,
+    })
+
+
+@login_required
+@require_GET
+def search(request):
+    query = request.GET.get("q", "")[:254]
+    items, tasks = selectors_ops.search(query)
+    return render_page(request, "search.html", None, {
+        "search_q": query, "items": items, "tasks": tasks, "limit": selectors_ops.SEARCH_LIMIT})
+
+
+@require_GET
+@cache_control(max_age=86400, public=True)
+def favicon(request):
+    """/favicon.ico, which browsers ask for on their own: the static icon, for everyone."""
+    path = finders.find("favicon.ico") or (settings.STATIC_ROOT / "favicon.ico")
+    try:
+        return FileResponse(open(path, "rb"), content_type="image/x-icon")
+    except OSError:
+        raise Http404("no favicon") from None

@@ -1,0 +1,156 @@
+"""Reads for operations: the workers and the queue (rq's registry and the items' leases), search, an item's history."""
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from django.db.models import Count, Q
+from django.utils import timezone
+from rq import Worker
+
+from ledger.models import Effect, EffectTransition
+from ticketagent import jobs
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.plan import step_name
+
+log = logging.getLogger(__name__)
+
+JOB_ID = re.compile(r"^item-(\d+)-a(\d+)$")
+# `manage.py worker` names its workers <kind>-<random>: the kind is read back from the name
+WORKER_KINDS = {"inproc": "in-process", "fork": "forking"}
+
+
+@dataclass
+class WorkerRow:
+    name: str
+    host: str
+    pid: int | None
+    kind: str
+    state: str
+    job_id: str
+    item: Item | None
+    last_heartbeat: object
+    born: object
+
+
+@dataclass
+class Operations:
+    workers: list[WorkerRow] = field(default_factory=list)
+    redis_error: str = ""
+    queue_length: int | None = None
+    started_jobs: int | None = None
+    failed_jobs: int | None = None
+    depth: list[dict] = field(default_factory=list)
+    running: list[Item] = field(default_factory=list)
+    recoveries: list[Event] = field(default_factory=list)
+
+
+def _worker_kind(name: str) -> str:
+    return WORKER_KINDS.get(name.split("-", 1)[0], "unknown (started outside manage.py worker)")
+
+
+def _rq_workers(ops: Operations) -> dict[int, tuple[str, int]]:
+    """Fill the workers and queue counts from rq's registry; returns item id -> job (id, attempt) held."""
+    queue = jobs.get_queue()
+    held: dict[int, tuple[str, int]] = {}
+    ops.queue_length = queue.count
+    ops.started_jobs = queue.started_job_registry.count
+    ops.failed_jobs = queue.failed_job_registry.count
+    for worker in Worker.all(queue=queue):
+        job_id = worker.get_current_job_id() or ""
+        match = JOB_ID.match(job_id)
+        if match:
+            held[int(match.group(1))] = (job_id, int(match.group(2)))
+        ops.workers.append(WorkerRow(
+            name=worker.name, host=worker.hostname or "?", pid=worker.pid, kind=_worker_kind(worker.name),
+            state=worker.get_state(), job_id=job_id, item=None, last_heartbeat=worker.last_heartbeat,
+            born=worker.birth_date))
+    return held
+
+
+def operations_overview() -> Operations:
+    """Workers (rq's registry), the queue's depth per task, running items' leases, and recent recoveries."""
+    ops = Operations()
+    held: dict[int, tuple[str, int]] = {}
+    try:
+        held = _rq_workers(ops)
+    except Exception as exc:  # noqa: BLE001 - Redis down: the database's side is still shown
+        log.warning("workers page: rq registry unavailable: %s", exc)
+        ops.redis_error = f"Redis does not answer ({type(exc).__name__}): the workers cannot be listed"
+    items = Item.objects.in_bulk(list(held)) if held else {}
+    for worker in ops.workers:
+        match = JOB_ID.match(worker.job_id)
+        worker.item = items.get(int(match.group(1))) if match else None
+    ops.workers.sort(key=lambda w: (w.host, w.pid or 0))
+    ops.depth = list(Item.objects.filter(status=ItemStatus.QUEUED).exclude(task__status__in=(
+        TaskStatus.CANCELLED, TaskStatus.COMPLETED)).values("task_id", "task__name", "task__status")
+        .annotate(n=Count("*")).order_by("task_id"))
+    for row in ops.depth:
+        row["runs"] = row["task__status"] in ACTIVE_TASK_STATUSES
+    now = timezone.now()
+    ops.running = list(Item.objects.filter(status=ItemStatus.RUNNING).select_related("task")
+                       .only("id", "ticket_id", "task__id", "task__name", "lease_owner", "lease_expires_at", "attempt")
+                       .order_by("lease_expires_at")[:200])
+    for item in ops.running:
+        item.expired = bool(item.lease_expires_at and item.lease_expires_at < now)
+    ops.recoveries = recent_recoveries()
+    return ops
+
+
+def recent_recoveries(n: int = 20) -> list[Event]:
+    """The sweep's (or a worker's) take-overs of expired leases, each with what followed: the item's requeue."""
+    recovered = list(Event.objects.filter(type=EventType.RECOVERED).select_related("item")
+                     .only("id", "payload", "actor", "timestamp", "task_id", "item__id", "item__ticket_id")
+                     .order_by("-id")[:n])
+    after: dict[int, Event] = {}
+    if recovered:
+        for ev in Event.objects.filter(type=EventType.ITEM_REQUEUED, item__in=[r.item_id for r in recovered],
+                                       id__gt=min(r.id for r in recovered)).order_by("id"):
+            for r in recovered:
+                if r.item_id == ev.item_id and ev.id > r.id and r.id not in after:
+                    after[r.id] = ev
+    for r in recovered:
+        r.requeue = after.get(r.id)
+    return recovered
+
+
+SEARCH_LIMIT = 100
+
+
+def search(query: str) -> tuple[list[Item], list[Task]]:
+    """Items by ticket id or customer email (exact, case-insensitive for emails), tasks by name or id."""
+    query = query.replace("\x00", "").strip()[:254]  # PostgreSQL refuses NUL in text
+    if not query:
+        return [], []
+    items = list(Item.objects.filter(Q(ticket_id=query) | Q(customer_email__iexact=query)).select_related("task")
+                 .order_by("-task_id", "row")[:SEARCH_LIMIT])
+    number = query.lstrip("#")
+    by_name = Q(name__icontains=query)
+    if number.isascii() and number.isdigit() and len(number) <= 18:  # a task's number (and never past a bigint)
+        by_name |= Q(pk=int(number))
+    tasks = list(Task.objects.filter(by_name).order_by("-id")[:SEARCH_LIMIT])
+    return items, tasks
+
+
+EVENT_WORDS = {
+    EventType.ITEM_STARTED: "attempt started", EventType.STEP_DONE: "step done",
+    EventType.STEP_SKIPPED: "step skipped: not chosen by the decision", EventType.TOOL_CALL: "tool call",
+    EventType.ITEM_REQUEUED: "requeued", EventType.REVIEWED: "verdict by review",
+    EventType.EFFECT_RECONCILED: "verdict by reconcile", EventType.RECOVERED: "lease taken over",
+}
+
+
+def item_history(item: Item) -> tuple[list[Event], list[Effect]]:
+    """Every event of the item in order (steps, attempts, effects, verdicts), and its effects with their transitions."""
+    events = list(Event.objects.filter(item=item).order_by("id")[:1000])
+    for ev in events:
+        ev.words = EVENT_WORDS.get(ev.type, ev.type.replace("_", " ").lower())
+        if ev.type == EventType.ITEM_STARTED:
+            ev.words = f"attempt {ev.payload.get('attempt', '?')} started at step {step_name(ev.payload.get('cursor'))}"
+    effects = list(Effect.objects.filter(owner_item=item.ref).order_by("id"))
+    transitions: dict[int, list[EffectTransition]] = {}
+    for t in EffectTransition.objects.filter(effect__in=effects).order_by("id"):
+        transitions.setdefault(t.effect_id, []).append(t)
+    for effect in effects:
+        effect.history = transitions.get(effect.pk, [])
+    return events, effects

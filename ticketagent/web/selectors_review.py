@@ -1,0 +1,142 @@
+"""Reads for what needs a person: the attention counts, the review queue's sections and its audit trail."""
+
+from dataclasses import dataclass
+
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+
+from ledger.channels.registry import get_channel
+from ledger.models import Effect, EffectState
+from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.web.selectors import effects_with_owners
+
+REVIEW_PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class Attention:
+    """What needs a person, each counted where it is acted on (Review)."""
+
+    unknown: int
+    approvals: int
+    failed: int  # failed items of tasks that need review
+    suspended: int  # suspended tasks
+
+    @property
+    def total(self) -> int:
+        return self.unknown + self.approvals + self.failed + self.suspended
+
+    @property
+    def signature(self) -> str:
+        """Changes whenever a count does: the header's poll answers 204 while it is the same."""
+        return f"{self.unknown}.{self.approvals}.{self.failed}.{self.suspended}"
+
+
+def attention_counts() -> Attention:
+    """Four counts, each answered from an index (effect state, item status, task status)."""
+    return Attention(
+        unknown=Effect.objects.filter(state=EffectState.UNKNOWN).count(),
+        approvals=Item.objects.filter(status=ItemStatus.WAITING_APPROVAL).count(),
+        failed=Item.objects.filter(status=ItemStatus.FAILED, task__status=TaskStatus.NEEDS_REVIEW).count(),
+        suspended=Task.objects.filter(status=TaskStatus.SUSPENDED).count(),
+    )
+
+
+def _call_evidence(effect: Effect, channel) -> None:
+    """What is known about an unknown effect's call, in words (`effect.evidence`, `effect.resend_warning`)."""
+    system = channel.label
+    if effect.outcome_at is None:
+        effect.evidence = ("No outcome was recorded: the worker stopped between recording the intent and recording "
+                           "the outcome, so whether the call was made at all is not known.")
+    elif effect.answered:
+        effect.evidence = (f"The request was sent and {system} answered, but not with a yes: the answer "
+                           f"cannot be read as done or not done.")
+    else:
+        effect.evidence = (f"The request was sent and no answer came back from {system} (the connection dropped "
+                           f"or timed out after sending): it may have been delivered.")
+    if channel.abilities.honours_key:
+        effect.resend_warning = (f"“did not happen” sends it again with the same key; {system} refuses a "
+                                 f"repeat of that key, so it cannot land twice.")
+    else:
+        effect.resend_warning = (f"“did not happen” sends it again: {system} does not refuse a repeat, so if it "
+                                 f"did happen the customer gets it twice.")
+
+
+def with_evidence(effects) -> list[Effect]:
+    """Effects with their owners (tickets), the call's evidence and the look-up's ability."""
+    effects = effects_with_owners(effects)
+    channels = {}
+    for effect in effects:
+        if effect.channel not in channels:
+            channels[effect.channel] = get_channel(effect.channel)
+        channel = channels[effect.channel]
+        effect.channel_label = channel.label
+        effect.has_lookup = channel.supports_lookup
+        _call_evidence(effect, channel)
+    return effects
+
+
+def review_unknown(page=1):
+    """Unknown effects, oldest first, a page at a time, with their evidence."""
+    unknown = Paginator(Effect.objects.filter(state=EffectState.UNKNOWN).order_by("intent_at", "id"),
+                        REVIEW_PAGE_SIZE).get_page(page)
+    unknown.object_list = with_evidence(unknown.object_list)
+    return unknown
+
+
+def review_approvals(page=1):
+    return Paginator(Item.objects.filter(status=ItemStatus.WAITING_APPROVAL).select_related("task")
+                     .order_by("updated_at", "id"), REVIEW_PAGE_SIZE).get_page(page)
+
+
+def review_failed(page=1):
+    """Failed items of tasks that need review: retry or skip, each with its error."""
+    return Paginator(Item.objects.filter(status=ItemStatus.FAILED, task__status=TaskStatus.NEEDS_REVIEW)
+                     .select_related("task").order_by("task_id", "row"), REVIEW_PAGE_SIZE).get_page(page)
+
+
+def suspended_tasks() -> list[Task]:
+    """Suspended tasks, oldest first, each with `held`: its items that will not run until a resume."""
+    tasks = list(Task.objects.filter(status=TaskStatus.SUSPENDED).select_related("last_success_item")
+                 .order_by("id")[:REVIEW_PAGE_SIZE])
+    held = dict(Item.objects.filter(task__in=tasks, status__in=(ItemStatus.QUEUED, ItemStatus.FAILED))
+                .values_list("task_id").annotate(n=Count("*")))
+    for task in tasks:
+        task.held = held.get(task.pk, 0)
+    return tasks
+
+
+AUDIT_TYPES = (EventType.REVIEWED, EventType.EFFECT_RECONCILED, EventType.APPROVED, EventType.REJECTED,
+               EventType.ITEM_SKIPPED, EventType.ITEM_REQUEUED)
+
+
+def _audit_words(event: Event) -> str:
+    """One decision, as it was at the time (the event's own payload, not the effect's state now)."""
+    p = event.payload
+    if event.type in (EventType.REVIEWED, EventType.EFFECT_RECONCILED):
+        verdict = {"happened": "happened", "not_happened": "did not happen — retry", "skip": "skip"}.get(
+            p.get("verdict", ""), p.get("state", ""))
+        note = p.get("note", "")
+        if event.type == EventType.REVIEWED:
+            reason = note.split(": ", 1)[1] if ": " in note else note
+            return f"{p.get('step', '')}: review by {event.actor} — {verdict} — “{reason}”"
+        return f"{p.get('step', '')}: reconcile — {verdict} — {note}"
+    if event.type in (EventType.APPROVED, EventType.REJECTED):
+        word = "approved" if event.type == EventType.APPROVED else "rejected"
+        return f"close_ticket {word} by {event.actor} — “{p.get('reason', '')}”"
+    if event.type == EventType.ITEM_SKIPPED:
+        return f"item skipped by {event.actor} — “{p.get('reason', '')}”"
+    return f"item {p.get('why', 'retried')} (by {event.actor}), attempt {p.get('attempt', '?')}"
+
+
+def audit_trail(n: int = 30) -> list[Event]:
+    """The latest decisions by people and by reconcile: verdicts, approvals, skips and retries of failed items."""
+    decided = (Q(type__in=(EventType.REVIEWED, EventType.EFFECT_RECONCILED, EventType.APPROVED, EventType.REJECTED))
+               | Q(type=EventType.ITEM_SKIPPED, payload__was=ItemStatus.FAILED)
+               | Q(type=EventType.ITEM_REQUEUED, payload__why__startswith="retried by an operator"))
+    events = list(Event.objects.filter(decided).select_related("item", "task")
+                  .only("id", "type", "payload", "actor", "timestamp", "task__id", "task__name",
+                        "item__id", "item__ticket_id").order_by("-id")[:n])
+    for event in events:
+        event.words = _audit_words(event)
+    return events
