@@ -70,3 +70,20 @@ def envlist(name: str, default: list[str]) -> list[str]:
     if raw is None or raw.strip() == "":
         return default
     return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def secret_key_weakness(key: str, *, development_key: str) -> str:
+    """Why `key` is too weak for production (empty string: it is not).
+
+    The rules are Django's own (`check --deploy`, security.W009): at least 50
+    characters, at least 5 different ones, not a generated "django-insecure-" key.
+    """
+    if key == development_key:
+        return "it is the built-in development key"
+    if key.startswith("django-insecure-"):
+        return "it starts with 'django-insecure-' (a key Django generated for development)"
+    if len(key) < 50:
+        return f"it is {len(key)} characters long (at least 50 are needed)"
+    if len(set(key)) < 5:
+        return f"it uses only {len(set(key))} different characters (at least 5 are needed)"
+    return ""

@@ -11,7 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from ticketagent.env import envbool, envchoice, envfloat, envint, envlist, envstr
+from ticketagent.env import envbool, envchoice, envfloat, envint, envlist, envstr, secret_key_weakness
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("TICKETAGENT_VAR_DIR", str(BASE_DIR / "var")))
@@ -26,10 +26,10 @@ if not SECRET_KEY:
             "SECRET_KEY must be set when DEBUG is off; generate one with "
             "python -c 'import secrets; print(secrets.token_urlsafe(50))'")
     SECRET_KEY = _DEV_SECRET_KEY
-elif not DEBUG and (SECRET_KEY == _DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+elif not DEBUG and (_weakness := secret_key_weakness(SECRET_KEY, development_key=_DEV_SECRET_KEY)):
     raise ImproperlyConfigured(
-        f"SECRET_KEY is too weak for DEBUG off ({len(SECRET_KEY)} characters); use at least 50 random "
-        "characters, e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'")
+        f"SECRET_KEY is too weak for DEBUG off: {_weakness}. Use at least 50 random characters, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'")
 
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 if not DEBUG and not ALLOWED_HOSTS:

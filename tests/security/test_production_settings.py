@@ -68,6 +68,20 @@ def test_debug_off_refuses_a_weak_secret_key(key):
     assert "SECRET_KEY is too weak for DEBUG off" in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("key, reason", [
+    ("ab" * 34 + "a", "it uses only 2 different characters (at least 5 are needed)"),
+    ("short-key", "it is 9 characters long (at least 50 are needed)"),
+    ("insecure-local-development-key-do-not-use-in-production", "it is the built-in development key"),
+    ("django-insecure-" + secrets.token_urlsafe(50), "it starts with 'django-insecure-'"),
+])
+def test_a_weak_secret_key_is_refused_with_the_reason(key, reason):
+    """The message names what is wrong with this key, not a rule it already meets."""
+    proc = run(["manage.py", "check"], DEBUG="false", SECRET_KEY=key, ALLOWED_HOSTS="agents.example.com")
+    assert proc.returncode != 0
+    assert reason in proc.stderr, proc.stderr[-2000:]
+    assert key not in proc.stderr, "the key itself is never printed"
+
+
 def test_check_deploy_is_clean_and_cookies_are_secure():
     env = {"DEBUG": "false", "SECRET_KEY": GOOD_KEY, "ALLOWED_HOSTS": "agents.example.com"}
     proc = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **env)
