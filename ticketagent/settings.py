@@ -56,6 +56,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before the Host check and the HTTPS redirect (load balancers probe by address)
+    "ticketagent.web.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # static files (hashed names, cached for a year) answered before anything else runs
     "whitenoise.middleware.WhiteNoiseMiddleware",

@@ -1,10 +1,10 @@
-"""URL routes: the pages (ticketagent.web), /metrics, login, and the admin."""
+"""URL routes: the pages (ticketagent.web), /metrics, the health probes, login, and the admin."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from ticketagent.web import ledger, metrics, review, tasks, upload
+from ticketagent.web import ledger, metrics, probes, review, tasks, upload
 
 urlpatterns = [
     path("", tasks.task_list, name="tasks"),
@@ -25,6 +25,8 @@ urlpatterns = [
     path("effects/<int:pk>/review/", review.effect_review_view, name="effect-review"),
     path("ledger/actions/", ledger.effect_classes, name="effect-classes"),
     path("metrics", metrics.metrics_view, name="metrics"),
+    path("healthz", probes.healthz, name="healthz"),
+    path("readyz", probes.readyz, name="readyz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/rq/", include("django_rq.urls")),
