@@ -126,3 +126,6 @@ def assert_same_page(page) -> None:
 def assert_no_alerts(page) -> None:
     alerts = [d for d in page.dialogs if d[0] != "confirm"]
     assert alerts == [], f"a dialog fired: {alerts}"
+
+
+from tests.deploy.stack import production_stack  # noqa: E402,F401 - fixture (test_production_stack.py)
