@@ -25,6 +25,12 @@ This module says *what* is counted:
     window (at most a minute), or an administrator runs
     ``manage.py login-unlock NAME`` (``unlock()``).
 
+Why django-ratelimit and not django-axes for logins: axes locks out with one
+failure limit for every parameter (no per-browser budget, so the owner is
+locked out with everyone else), writes a database row per attempt and brings
+its own tables and authentication backend; these counters are a minute long
+and belong in Redis with the other budgets.
+
 If the cache cannot be reached the request is let through and a warning is
 logged (at most once a minute): a dashboard that refuses every click because
 Redis restarted would be worse than a minute without limits.
