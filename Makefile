@@ -10,7 +10,8 @@
 #                     (long: run it in the background; docs/testing.md)
 #   make lint         ruff check . and make structure
 #   make structure    module and function sizes, private imports, import cycles
-#   make worker | recover | sandbox | bench    one piece at a time
+#   make worker | sweep | sandbox | bench      one piece at a time (the Procfile's
+#                     names; `make recover` is `make sweep`)
 #   make clean        remove var/ (local databases, logs) and the install stamp
 #
 # Everything runs with .venv/bin/python; the venv is created on first use.
@@ -32,7 +33,7 @@ PYTEST_ARGS ?=
 BOOTSTRAP_PYTHON ?= $(shell for p in python3.11 python3; do \
 	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help venv venv-dev run test test-sqlite coverage mutation lint structure worker recover sandbox bench clean
+.PHONY: help venv venv-dev run test test-sqlite coverage mutation lint structure worker sweep recover sandbox bench clean
 
 help:
 	@sed -n '3,/^#$$/p' Makefile | sed 's/^# \{0,1\}//'
@@ -90,8 +91,10 @@ structure:
 worker: $(STAMP)
 	$(PY) scripts/run.py manage worker
 
-recover: $(STAMP)
+sweep: $(STAMP)
 	$(PY) scripts/run.py manage recover --loop
+
+recover: sweep
 
 sandbox: $(STAMP)
 	$(PY) -m sandbox --db var/sandbox.sqlite3

@@ -411,12 +411,14 @@ class Sandbox:
 
 
 def start_sandbox(procs: Processes, *, db: Path, ports: tuple[int, int] = (0, 0), ignore_keys: bool = False,
-                  quiet: bool = False, stream: bool = False, timeout: float = 15.0) -> Sandbox:
+                  quiet: bool = False, stream: bool = False, timeout: float = 15.0,
+                  argv: list[str] | None = None) -> Sandbox:
     """Start the sandbox helpdesk as a child of `procs` and wait until it
     answers. `ports` (HTTP, SMTP): 0 takes free ones. It prints its ports as
-    one JSON line first. On failure the child is stopped and StartError
-    (or TimeoutError) raised."""
-    argv = sandbox_command(port=ports[0], smtp_port=ports[1], db=db, ignore_keys=ignore_keys, quiet=quiet)
+    one JSON line first. `argv` replaces the command line built from the other
+    arguments (make run passes the Procfile's). On failure the child is stopped
+    and StartError (or TimeoutError) raised."""
+    argv = argv or sandbox_command(port=ports[0], smtp_port=ports[1], db=db, ignore_keys=ignore_keys, quiet=quiet)
     child = procs.start("sandbox", argv, stream=stream)
     try:
         line = child.wait_line(lambda text: text.startswith("{") and '"http"' in text, timeout)

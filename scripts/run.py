@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """``make run``: the whole stack in one terminal, from a fresh clone.
 
-    run.py                  migrate, admin user, Redis, sandbox helpdesk,
-                            workers, recovery sweep and the web server;
-                            Ctrl-C (or SIGTERM) stops everything
+    run.py                  migrate, admin user, Redis, then the Procfile's
+                            sandbox, worker (WORKERS of them), sweep and web
+                            processes; Ctrl-C (or SIGTERM) stops everything
     run.py manage ARGS...   load .env, then exec ``manage.py ARGS``
                             (``make worker``, ``make recover``, ...)
 
@@ -47,10 +47,12 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import ensure_redis as er  # noqa: E402
 
 from ops.processes import Processes, StartError, describe_exit, say, start_sandbox, wait_port  # noqa: E402
+from ops.procfile import command_line, read_procfile  # noqa: E402
 
 ROOT = er.ROOT
 PY = sys.executable
 MANAGE = str(ROOT / "manage.py")
+PROCFILE = ROOT / "Procfile"
 STOP_GRACE_SECONDS = 10.0
 SANDBOX_PORTS = (8025, 8026)
 DEFAULT_WEB_PORT = 8000
@@ -292,8 +294,11 @@ def start_helpdesk(stack: Stack, env: dict, var: Path) -> tuple[str, int]:
         say(f"ports {SANDBOX_PORTS[0]}/{SANDBOX_PORTS[1]} are taken; the sandbox takes free ones")
     stack.procs.env = env
     for ports in attempts:
+        argv = command_line(read_procfile(PROCFILE)["sandbox"], {
+            **env, "SANDBOX_PORT": str(ports[0]), "SANDBOX_SMTP_PORT": str(ports[1]), "TICKETAGENT_VAR_DIR": str(var)})
         try:
-            sandbox = start_sandbox(stack.procs, db=var / "sandbox.sqlite3", ports=ports, stream=True, timeout=30)
+            sandbox = start_sandbox(stack.procs, db=var / "sandbox.sqlite3", ports=ports, stream=True, timeout=30,
+                                    argv=argv)
         except StartError as exc:
             if not exc.exited:
                 raise SystemExit("the sandbox did not print its ports within 30s") from None
@@ -327,11 +332,35 @@ def database_label(env: dict, var: Path) -> str:
     return er.redacted(url)
 
 
+def collectstatic(env: dict) -> None:
+    """With DEBUG off the web serves the collected, hashed files only (with DEBUG on, the source folders)."""
+    if env.get("DEBUG", "true").strip().lower() not in ("0", "false", "no", "off"):
+        return
+    say("== collectstatic (DEBUG is off)")
+    result = subprocess.run([PY, MANAGE, "collectstatic", "--noinput", "--verbosity", "0"], cwd=str(ROOT), env=env,
+                            stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise SystemExit(f"manage.py collectstatic failed ({describe_exit(result.returncode)}); nothing was started")
+
+
+def start_processes(stack: Stack, env: dict, var: Path, workers: int, web_port: int) -> None:
+    """The Procfile's worker (times `workers`), sweep and web processes, by the Procfile's commands."""
+    say("== worker, sweep, web (from the Procfile)")
+    commands = read_procfile(PROCFILE)
+    env = {**env, "PORT": str(web_port), "WEB_BIND": f"127.0.0.1:{web_port}", "TICKETAGENT_VAR_DIR": str(var)}
+    stack.procs.env = env
+    for number in range(1, workers + 1):
+        stack.procs.start(f"worker-{number}", command_line(commands["worker"], env), stream=True)
+    stack.procs.start("sweep", command_line(commands["sweep"], env), stream=True)
+    stack.procs.start("web", command_line(commands["web"], env), stream=True)
+
+
 def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
     """Everything up to a web server that answers; returns the banner's lines."""
     web_port = pick_web_port()
     env = django_env()
     migrate(env)
+    collectstatic(env)
     login = ensure_admin(env, var)
     redis_url, redis_label = choose_redis(stack, var)
     env["REDIS_URL"] = redis_url
@@ -349,12 +378,7 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
         env["EMAIL_HOST"] = "127.0.0.1"
         env["EMAIL_PORT"] = str(smtp_port)
 
-    say("== workers, recovery sweep, web server")
-    stack.procs.env = env
-    for number in range(1, workers + 1):
-        stack.procs.start(f"worker-{number}", [PY, MANAGE, "worker"], stream=True)
-    stack.procs.start("recover", [PY, MANAGE, "recover", "--loop"], stream=True)
-    stack.procs.start("web", [PY, MANAGE, "runserver", f"127.0.0.1:{web_port}", "--noreload"], stream=True)
+    start_processes(stack, env, var, workers, web_port)
     if not wait_port(web_port, 60, check=stack.check_children):
         raise SystemExit(f"the web server did not answer on port {web_port} within 60s")
     return [

@@ -28,3 +28,9 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # DATABASE_URL.
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-ticketagent-{os.getpid()}.sqlite3")}  # noqa: F405
+
+# Pages are rendered without collectstatic: plain static names, found in the
+# source folders. The production storage (hashed names from collectstatic's
+# manifest) is exercised by tests/deploy/, which runs collectstatic.
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
+WHITENOISE_USE_FINDERS = True

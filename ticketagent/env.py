@@ -94,3 +94,41 @@ def envmap(name: str, default: dict[str, str], *, keys: tuple[str, ...]) -> dict
             raise ImproperlyConfigured(f"{name}: {key!r} is not one of: {', '.join(keys)}")
         result[key] = value
     return result
+
+
+def secret_key_weakness(key: str, *, development_key: str) -> str:
+    """Why `key` is too weak for production (empty string: it is not).
+
+    The rules are Django's own (`check --deploy`, security.W009): at least 50
+    characters, at least 5 different ones, not a generated "django-insecure-" key.
+    """
+    if key == development_key:
+        return "it is the built-in development key"
+    if key.startswith("django-insecure-"):
+        return "it starts with 'django-insecure-' (a key Django generated for development)"
+    if len(key) < 50:
+        return f"it is {len(key)} characters long (at least 50 are needed)"
+    if len(set(key)) < 5:
+        return f"it uses only {len(set(key))} different characters (at least 5 are needed)"
+    return ""
+
+
+def envcsp(name: str, default: str) -> dict | None:
+    """A Content-Security-Policy header (``directive value ...; ...``) as django-csp's
+    CONTENT_SECURITY_POLICY setting; an empty value turns the header off (None).
+    A directive django-csp does not know stops start-up (it would be dropped silently)."""
+    from csp.utils import DEFAULT_DIRECTIVES
+
+    policy = os.environ.get(name, default)
+    if not policy.strip():
+        return None
+    directives: dict[str, list[str] | bool] = {}
+    for part in policy.split(";"):
+        words = part.split()
+        if not words:
+            continue
+        directive = words[0].lower()
+        if directive not in DEFAULT_DIRECTIVES:
+            raise ImproperlyConfigured(f"{name}: unknown directive {words[0]!r}")
+        directives[directive] = words[1:] or True
+    return {"DIRECTIVES": directives}

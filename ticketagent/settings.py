@@ -11,7 +11,18 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from ticketagent.env import envbool, envchoice, envfloat, envint, envint_or_none, envlist, envmap, envstr
+from ticketagent.env import (
+    envbool,
+    envchoice,
+    envcsp,
+    envfloat,
+    envint,
+    envint_or_none,
+    envlist,
+    envmap,
+    envstr,
+    secret_key_weakness,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("TICKETAGENT_VAR_DIR", str(BASE_DIR / "var")))
@@ -26,10 +37,10 @@ if not SECRET_KEY:
             "SECRET_KEY must be set when DEBUG is off; generate one with "
             "python -c 'import secrets; print(secrets.token_urlsafe(50))'")
     SECRET_KEY = _DEV_SECRET_KEY
-elif not DEBUG and (SECRET_KEY == _DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+elif not DEBUG and (_weakness := secret_key_weakness(SECRET_KEY, development_key=_DEV_SECRET_KEY)):
     raise ImproperlyConfigured(
-        f"SECRET_KEY is too weak for DEBUG off ({len(SECRET_KEY)} characters); use at least 50 random "
-        "characters, e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'")
+        f"SECRET_KEY is too weak for DEBUG off: {_weakness}. Use at least 50 random characters, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'")
 
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 if not DEBUG and not ALLOWED_HOSTS:
@@ -48,22 +59,30 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_rq",
+    "csp",
+    "django_ratelimit",
     "ledger",
     "ticketagent",
     "ops",
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before the Host check and the HTTPS redirect (load balancers probe by address)
+    "ticketagent.web.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # before anything reads the body (CSRF reads request.POST): 413 for an oversized request
+    # static files (hashed names, cached for a year) answered before anything else runs
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # before anything reads the body (CSRF reads request.POST): 413 for an oversized request,
+    # 400 for a body cut short or a form Django cannot parse
     "ticketagent.web.middleware.RequestSizeLimitMiddleware",
-    "ticketagent.web.middleware.ContentSecurityPolicyMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # after CSRF (a forged POST spends nobody's budget) and auth (limits are per user)
     "ticketagent.web.middleware.RateLimitMiddleware",
+    "ticketagent.web.queue_guard.QueueChangesByOperatorsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -152,9 +171,19 @@ TIME_ZONE = envstr("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 
+# Static files: `manage.py collectstatic` copies them to STATIC_ROOT with a
+# content hash in each name (app.4f3c….css) and compressed copies; WhiteNoise
+# serves them from every web process with a one-year Cache-Control. With
+# DEBUG on they are served from the source folders, as edited (no collectstatic).
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(envstr("STATIC_ROOT", str(VAR_DIR / "static")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- security (docs/security.md) ---------------------------------------------------
 # DEBUG on (make run, plain http on 127.0.0.1): no HTTPS redirect, no HSTS,
@@ -175,6 +204,9 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not D
 # opt in explicitly. Until then Django's reminder (security.W021) is silenced.
 SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
 SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# django-ratelimit names the cache backends it tested; Django's own RedisCache is
+# not among them but does what it needs: add() is SET NX and incr() is INCRBY, atomic.
+SILENCED_SYSTEM_CHECKS.append("django_ratelimit.W001")
 # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (otherwise the
 # HTTPS redirect would loop). Only set it when the proxy strips the header from clients.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("TRUST_X_FORWARDED_PROTO", False) else None
@@ -182,23 +214,35 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
-# Only our own scripts and styles; inline style attributes are allowed (progress
-# bars), inline scripts and javascript: URLs are not. Empty turns it off.
-CONTENT_SECURITY_POLICY = envstr(
+# The Content-Security-Policy header (django-csp): only our own scripts and
+# styles; inline style attributes are allowed (progress bars), inline scripts
+# and javascript: URLs are not. The env variable is the header as written;
+# empty turns it off. /admin/ is left alone: the Django admin and the RQ
+# dashboard (staff only) use inline scripts.
+CONTENT_SECURITY_POLICY = envcsp(
     "CONTENT_SECURITY_POLICY",
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
 )
-CONTENT_SECURITY_POLICY_EXEMPT = ["/admin/"]  # Django admin and the RQ dashboard: staff only, inline scripts
+if CONTENT_SECURITY_POLICY is not None:
+    CONTENT_SECURITY_POLICY["EXCLUDE_URL_PREFIXES"] = ["/admin/"]
 # A request body larger than this is refused with 413 before it is read
 # (files included: ticketagent.web.middleware.RequestSizeLimitMiddleware).
 REQUEST_MAX_BYTES = envint("REQUEST_MAX_BYTES", 12 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
 FILE_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
-# Per-user budgets (ticketagent/web/ratelimit.py): over them, 429 with Retry-After.
+# Budgets (ticketagent/web/ratelimit.py, counted by django-ratelimit in the
+# default cache): over them, 429 with Retry-After. Failed logins are counted
+# per user name and per client address; a browser that signed in before has
+# its own budget, so others' failures never lock its owner out.
 RATE_LIMIT_UPLOADS_PER_MINUTE = envint("RATE_LIMIT_UPLOADS_PER_MINUTE", 10, minimum=1)
 RATE_LIMIT_ACTIONS_PER_MINUTE = envint("RATE_LIMIT_ACTIONS_PER_MINUTE", 120, minimum=1)
 RATE_LIMIT_LOGINS_PER_MINUTE = envint("RATE_LIMIT_LOGINS_PER_MINUTE", 10, minimum=1)
+RATE_LIMIT_LOGINS_PER_CLIENT_PER_MINUTE = envint("RATE_LIMIT_LOGINS_PER_CLIENT_PER_MINUTE", 10, minimum=1)
+# Behind a reverse proxy every request comes from the proxy's address: with this
+# on, the client is the right-most X-Forwarded-For entry (the one the proxy
+# appended). Only set it when such a proxy is always in front.
+TRUST_X_FORWARDED_FOR = envbool("TRUST_X_FORWARDED_FOR", False)
 # Settings whose values are secrets: redacted from channel errors, logs and
 # error pages wherever they turn up (passwords inside the URLs too).
 SECRET_SETTINGS = ("SECRET_KEY", "OPENAI_API_KEY", "HELPDESK_TOKEN", "HELPDESK_PASSWORD", "EMAIL_HOST_PASSWORD",

@@ -1,10 +1,10 @@
-"""URL routes: the pages (ticketagent.web), /metrics, login, and the admin."""
+"""URL routes: the pages (ticketagent.web), /metrics, the health probes, login, and the admin."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from ticketagent.web import items, ledger, metrics, review, tasks, upload, workers
+from ticketagent.web import items, ledger, metrics, probes, review, tasks, upload, workers
 
 urlpatterns = [
     path("", tasks.task_list, name="tasks"),
@@ -31,6 +31,8 @@ urlpatterns = [
     path("ledger/actions/", ledger.effect_classes, name="effect-classes"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("favicon.ico", items.favicon, name="favicon"),
+    path("healthz", probes.healthz, name="healthz"),
+    path("readyz", probes.readyz, name="readyz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/rq/", include("django_rq.urls")),

@@ -238,3 +238,6 @@ def every_page(world) -> dict[str, str]:
         "review": "/review/", "item": f"/items/{world['failed'].pk}/",
         "search": "/search/?q=R-1", "workers": "/workers/", "effect classes": "/ledger/actions/",
     }
+
+
+from tests.deploy.stack import production_stack  # noqa: E402,F401 - fixture (test_production_stack.py)

@@ -23,6 +23,8 @@ behaviour taken from the script queue, else the default mode:
     valid         JSON fitting the requested json_schema (Triage / Reply / Decision, chosen by the
                   schema name the SDK sends), derived deterministically from the ticket
     invalid       JSON that violates the schema
+    over_limits   the right fields and types, but strings and lists longer than the models allow
+                  (limits the portable schema does not send, checked after parsing)
     garbage       content that is not JSON at all
     refusal       a structured-output refusal
     inject        valid JSON that tries everything the schema allows: every allowed action, status
@@ -37,8 +39,11 @@ behaviour taken from the script queue, else the default mode:
     500, 503, 400, 401, ...   that HTTP error with an OpenAI-style error body
 
 Requests are also checked the way a strict server would: unknown keys in
-messages or tool calls, tool results without a matching call, or non-strict
-tools are answered with 400 (counted as behaviour "rejected").
+messages or tool calls, tool results without a matching call, non-strict
+tools, or a json_schema outside the strict subset (an object without every
+property required or without `additionalProperties: false`; `default`,
+`minLength`, `maxLength`, `minItems` or `maxItems` anywhere) are answered with
+400 (counted as behaviour "rejected").
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ from typing import Any
 
 import pytest
 
-BEHAVIOURS = ("valid", "invalid", "garbage", "refusal", "inject", "inject_extra", "tool_call", "loop", "slow",
+BEHAVIOURS = ("valid", "invalid", "over_limits", "garbage", "refusal", "inject", "inject_extra", "tool_call", "loop",
+              "slow",
               "drop", "429", "500", "503", "400", "401")
 
 ALL_ACTIONS = ["save_draft", "notify_customer", "set_status", "close_ticket", "escalate"]
@@ -216,9 +222,41 @@ def _check_request(body) -> str:
             return f"tools[{i}]: strict tools need additionalProperties: false"
     rf = body.get("response_format")
     if rf is not None and rf.get("type") == "json_schema":
-        schema = (rf.get("json_schema") or {}).get("schema") or {}
-        if set(schema.get("properties", {})) != set(schema.get("required", [])):
-            return "response_format: strict schemas must list every property as required"
+        return strict_schema_problem((rf.get("json_schema") or {}).get("schema") or {})
+    return ""
+
+
+# Keywords strict structured-output modes have refused ("Invalid schema"): Azure OpenAI
+# refuses `default`; length and count limits were refused by OpenAI's strict mode too.
+UNPORTABLE_KEYWORDS = ("default", "minLength", "maxLength", "minItems", "maxItems")
+
+
+def strict_schema_problem(schema, path: str = "schema") -> str:
+    """Why a strict server would refuse this json_schema (empty string: it would not).
+
+    Every object lists all its properties as required and forbids others; no
+    keyword outside the portable subset appears anywhere."""
+    if isinstance(schema, list):
+        return next((p for i, s in enumerate(schema) if (p := strict_schema_problem(s, f"{path}[{i}]"))), "")
+    if not isinstance(schema, dict):
+        return ""
+    for keyword in UNPORTABLE_KEYWORDS:
+        if keyword in schema:
+            return f"Invalid schema for response_format: {path}: '{keyword}' is not permitted"
+    if schema.get("type") == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        if set(properties) != set(schema.get("required", [])):
+            return f"Invalid schema for response_format: {path}: strict schemas must list every property as required"
+        if schema.get("additionalProperties") is not False:
+            return f"Invalid schema for response_format: {path}: additionalProperties must be false"
+    for key, value in schema.items():
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            problem = next((p for name, sub in value.items()
+                            if (p := strict_schema_problem(sub, f"{path}.{key}.{name}"))), "")
+        else:
+            problem = strict_schema_problem(value, f"{path}.{key}") if isinstance(value, (dict, list)) else ""
+        if problem:
+            return problem
     return ""
 
 
@@ -389,6 +427,8 @@ class FakeOpenAIServer:
             message["content"] = "Sure! Here is the answer you asked for: category billing, probably."
         elif behaviour == "invalid":
             message["content"] = json.dumps(_invalid(schema))
+        elif behaviour == "over_limits":
+            message["content"] = json.dumps(_over_limits(schema))
         elif behaviour in ("inject", "inject_extra"):
             message["content"] = json.dumps(_inject(schema, ticket, body, extra=behaviour == "inject_extra"))
         else:
@@ -435,6 +475,18 @@ def _invalid(schema: str) -> dict:
         return {"subject": "", "text": "no body field"}
     if schema == "Decision":
         return {"actions": ["delete_everything"], "status": "deleted", "reason": 42}
+    return {"unexpected": True}
+
+
+def _over_limits(schema: str) -> dict:
+    """The right shape, every type right, but past the limits the schema no longer sends."""
+    if schema == "Triage":
+        return {"category": "billing", "priority": "normal", "sentiment": "neutral", "language": "en" * 9,
+                "summary": "s" * 1001}
+    if schema == "Reply":
+        return {"subject": "S" * 301, "body": ""}
+    if schema == "Decision":
+        return {"actions": ALL_ACTIONS + ["save_draft"], "status": None, "reason": "r" * 1001}
     return {"unexpected": True}
 
 

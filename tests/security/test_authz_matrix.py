@@ -67,6 +67,8 @@ EXPECT: dict[str, dict] = {
     "ledger/actions/": _PAGE,
     "metrics": {"anonymous": (401, 405), "viewer+": (200, 405)},  # 401: login or METRICS_TOKEN
     "favicon.ico": {"anonymous": (200, 405), "viewer+": (200, 405)},  # browsers ask for it on their own
+    "healthz": {"anonymous": (200, 405), "viewer+": (200, 405)},  # liveness: no login, nothing private
+    "readyz": {"anonymous": (200, 405), "viewer+": (200, 405)},  # readiness: database, Redis, migrations
     "accounts/login/": {"anonymous": (200, 200), "viewer+": (200, 200)},  # POST without credentials: the form again
     "accounts/logout/": {"anonymous": (405, 302), "viewer+": (405, 302)},
 }

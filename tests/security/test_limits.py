@@ -100,12 +100,23 @@ def test_a_forged_post_is_refused_before_it_spends_the_budget(alice, settings):
     assert honest.post(reverse("task-pause", args=[task.pk])).status_code == 302
 
 
-def test_the_window_and_retry_after():
-    window_start = 1_000_000 * 60.0
-    allowances = [ratelimit.hit("upload", "user-window-test", now=window_start + 10) for _ in range(11)]
+def test_the_window_and_retry_after(rf, alice, monkeypatch):
+    """Ten in a window, the eleventh refused; Retry-After is exactly when the next window starts."""
+    import types
+
+    import django_ratelimit.core
+
+    clock = {"now": 1_000_000 * 60.0}
+    monkeypatch.setattr(django_ratelimit.core, "time", types.SimpleNamespace(time=lambda: clock["now"]))
+    request = rf.post("/upload/")
+    request.user = alice
+    allowances = [ratelimit.hit(request, "upload") for _ in range(11)]
     assert [v.allowed for v in allowances] == [True] * 10 + [False]
-    assert allowances[-1].retry_after == 50 and allowances[-1].count == 11
-    assert ratelimit.hit("upload", "user-window-test", now=window_start + 60).allowed  # the next minute: fresh
+    assert allowances[-1].count == 11 and 1 <= allowances[-1].retry_after <= 60
+    clock["now"] += allowances[-1].retry_after - 1
+    assert not ratelimit.hit(request, "upload").allowed  # a second early: still spent
+    clock["now"] += 1
+    assert ratelimit.hit(request, "upload").allowed  # the next window: fresh
 
 
 def test_without_the_cache_the_limits_fail_open_and_say_so(client, alice, settings, caplog):

@@ -68,6 +68,20 @@ def test_debug_off_refuses_a_weak_secret_key(key):
     assert "SECRET_KEY is too weak for DEBUG off" in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("key, reason", [
+    ("ab" * 34 + "a", "it uses only 2 different characters (at least 5 are needed)"),
+    ("short-key", "it is 9 characters long (at least 50 are needed)"),
+    ("insecure-local-development-key-do-not-use-in-production", "it is the built-in development key"),
+    ("django-insecure-" + secrets.token_urlsafe(50), "it starts with 'django-insecure-'"),
+])
+def test_a_weak_secret_key_is_refused_with_the_reason(key, reason):
+    """The message names what is wrong with this key, not a rule it already meets."""
+    proc = run(["manage.py", "check"], DEBUG="false", SECRET_KEY=key, ALLOWED_HOSTS="agents.example.com")
+    assert proc.returncode != 0
+    assert reason in proc.stderr, proc.stderr[-2000:]
+    assert key not in proc.stderr, "the key itself is never printed"
+
+
 def test_check_deploy_is_clean_and_cookies_are_secure():
     env = {"DEBUG": "false", "SECRET_KEY": GOOD_KEY, "ALLOWED_HOSTS": "agents.example.com"}
     proc = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **env)
@@ -80,7 +94,7 @@ def test_check_deploy_is_clean_and_cookies_are_secure():
     assert settings["SECURE_SSL_REDIRECT"] and settings["SECURE_HSTS_SECONDS"] >= 3600
     assert settings["SECURE_HSTS_INCLUDE_SUBDOMAINS"] and settings["SECURE_CONTENT_TYPE_NOSNIFF"]
     assert settings["X_FRAME_OPTIONS"] == "DENY" and settings["ALLOWED_HOSTS"] == ["agents.example.com"]
-    assert "script-src 'self'" in settings["CONTENT_SECURITY_POLICY"]
+    assert settings["CONTENT_SECURITY_POLICY"]["DIRECTIVES"]["script-src"] == ["'self'"]  # django-csp's form
     assert (settings["RATE_LIMIT_UPLOADS_PER_MINUTE"], settings["RATE_LIMIT_ACTIONS_PER_MINUTE"]) == (10, 120)
     assert settings["REQUEST_MAX_BYTES"] == settings["DATA_UPLOAD_MAX_MEMORY_SIZE"] == 12 * 1024 * 1024
 

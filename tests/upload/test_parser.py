@@ -772,3 +772,67 @@ def test_never_raises_and_never_partial(data, filename):
     result = parse_batch(data, filename, max_errors=20)
     assert_invariant(result)
     assert len(result.errors) <= 21
+
+
+# --------------------------------------------------------------------------
+# Spreadsheets under a .csv name, over-long file names
+# --------------------------------------------------------------------------
+
+
+def _zip(entries: dict[str, bytes]) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+XLSX = _zip({"[Content_Types].xml": b"<Types/>", "_rels/.rels": b"<Relationships/>",
+             "xl/workbook.xml": b"<workbook/>", "xl/worksheets/sheet1.xml": b"<worksheet/>"})
+ODS = _zip({"mimetype": b"application/vnd.oasis.opendocument.spreadsheet", "content.xml": b"<office/>"})
+XLS = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 600
+
+
+@pytest.mark.parametrize("data, says", [
+    (XLSX, "this is an Excel file (.xlsx), not CSV text; export it as CSV"),
+    (XLS, "this is an Excel file (.xls), not CSV text; export it as CSV"),
+    (ODS, "this is an OpenDocument spreadsheet (.ods), not CSV text; export it as CSV"),
+    (_zip({"tickets.csv": b"a,b\n"}), "this is a ZIP archive, not CSV text; unpack it"),
+])
+@pytest.mark.parametrize("name", ["tickets.csv", "tickets.jsonl", "tickets"])
+def test_a_spreadsheet_or_archive_under_any_name_says_what_it_is(data, says, name):
+    err = only_error(parse_batch(data, name))
+    assert (err.row, err.column) == (None, None)
+    assert err.message.startswith(says), err.message
+    assert "NUL" not in err.message and "UTF-16" not in err.message
+
+
+def test_an_excel_file_says_how_to_export_it():
+    err = only_error(parse_batch(XLSX, "tickets.csv"))
+    assert 'File > Save As > "CSV UTF-8"' in err.message
+
+
+@pytest.mark.parametrize("length", [256, 1000])
+def test_an_over_long_file_name_is_refused_with_its_length(length):
+    name = "t" * (length - 4) + ".csv"
+    err = only_error(parse_batch(b"ticket_id,customer_email,subject,body\nT-1,a@example.com,s,b\n", name))
+    assert err.message == (f"file name is {length:,} characters long; the limit is 255 - rename the file "
+                           "and upload it again")
+
+
+def test_a_255_character_file_name_is_fine():
+    name = "t" * 251 + ".csv"
+    assert parse_batch(b"ticket_id,customer_email,subject,body\nT-1,a@example.com,s,b\n", name).ok
+
+
+def test_one_size_figure_for_one_limit():
+    """The same bytes get the same words wherever a size is shown (binary megabytes)."""
+    from ticketagent.upload.rows import human_size
+
+    assert human_size(10 * 1024 * 1024) == "10.0 MB"
+    assert human_size(14_500_000) == "13.8 MB"
+    assert human_size(12 * 1024 * 1024) == "12.0 MB"
+    assert human_size(2048) == "2.0 KB" and human_size(100) == "100 bytes"

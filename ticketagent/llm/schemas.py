@@ -1,9 +1,18 @@
 """The structured outputs a model must produce (validated with pydantic).
 
 The action allow-list lives here: nothing a ticket says can add to it.
+
+What is *sent* to the model as the JSON schema (``model_json_schema()``, which
+the SDK's ``chat.completions.parse()`` turns into a strict ``response_format``)
+is the portable subset every strict implementation accepts: types, enums,
+``anyOf``, every property required, no extra properties. Length and count
+limits and defaults are not sent -- strict modes have refused ``minLength``,
+``maxLength``, ``maxItems`` and ``default`` with a 400 "Invalid schema" -- but
+they stay on the fields below and are checked when the answer is parsed: an
+answer over a limit fails like any other schema break (ModelError "schema").
 """
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,9 +26,36 @@ HelpdeskStatus = Literal["open", "pending", "solved", "escalated", "on_hold"]
 
 ALLOWED_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
 
+# JSON-schema keywords checked after parsing instead of being sent to the model.
+NOT_SENT = frozenset({"default", "minLength", "maxLength", "minItems", "maxItems"})
+# Keys whose value maps names to schemas (a property may be called "default").
+_NAMED_SCHEMAS = frozenset({"properties", "$defs", "definitions"})
+
+
+def portable_schema(node: Any) -> Any:
+    """`node` without the NOT_SENT keywords, at any depth."""
+    if isinstance(node, list):
+        return [portable_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in NOT_SENT:
+            continue
+        if key in _NAMED_SCHEMAS and isinstance(value, dict):
+            out[key] = {name: portable_schema(schema) for name, schema in value.items()}
+        else:
+            out[key] = portable_schema(value)
+    return out
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def model_json_schema(cls, *args, **kwargs) -> dict[str, Any]:
+        """The schema sent to the model: the portable subset (see the module's docstring)."""
+        return portable_schema(super().model_json_schema(*args, **kwargs))
 
 
 class Triage(Strict):

@@ -10,16 +10,22 @@ The format is documented in ``docs/upload-format.md``.
 
 from __future__ import annotations
 
+import io
+import zipfile
+
 from ticketagent.upload.csv_format import parse_csv
 from ticketagent.upload.jsonl_format import parse_jsonl
 from ticketagent.upload.rows import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
+    MAX_FILENAME_CHARS,
     ErrorCollector,
     ParseResult,
     RowError,
     StopParsing,
     TicketRow,
+    human_size,
+    long_filename_message,
     show_value,
 )
 
@@ -30,18 +36,12 @@ _BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
-def _human_size(n: int) -> str:
-    if n >= 1024 * 1024:
-        return f"{n / (1024 * 1024):.1f} MB"
-    if n >= 1024:
-        return f"{n / 1024:.1f} KB"
-    return f"{n} bytes"
-
-
 def _format_from_filename(filename) -> tuple[str | None, str | None]:
     """Return (format, error). format None + error None means "sniff"."""
     if not isinstance(filename, str):
         return None, None
+    if len(filename) > MAX_FILENAME_CHARS:
+        return None, long_filename_message(len(filename))
     base = filename.replace("\\", "/").rsplit("/", 1)[-1]
     stem, dot, ext = base.rpartition(".")
     if not dot or not stem:
@@ -66,6 +66,33 @@ def _sniff(data: bytes) -> str:
         data = data[len(_BOM):]
     stripped = data.lstrip()
     return "jsonl" if stripped[:1] == b"{" else "csv"
+
+
+_EXPORT_CSV = 'export it as CSV (File > Save As > "CSV UTF-8") and upload that file'
+_OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # old Excel (.xls) and other Office files
+
+
+def _container(data: bytes) -> str | None:
+    """What a spreadsheet or archive given to us as text is, in words; None for anything else.
+
+    Only the ZIP's directory (and an OpenDocument file's tiny `mimetype` entry) is read."""
+    if data.startswith(_OLE2_MAGIC):
+        return f"this is an Excel file (.xls), not CSV text; {_EXPORT_CSV}"
+    if not data.startswith(b"PK\x03\x04"):
+        return None
+    names, mimetype = set(), b""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = set(archive.namelist())
+            if "mimetype" in names and archive.getinfo("mimetype").file_size < 200:
+                mimetype = archive.read("mimetype")
+    except Exception:  # noqa: BLE001 - a damaged archive is still an archive, not CSV text
+        names, mimetype = set(), b""
+    if any(name.startswith("xl/") for name in names):
+        return f"this is an Excel file (.xlsx), not CSV text; {_EXPORT_CSV}"
+    if mimetype.endswith(b"opendocument.spreadsheet"):
+        return f"this is an OpenDocument spreadsheet (.ods), not CSV text; {_EXPORT_CSV}"
+    return "this is a ZIP archive, not CSV text; unpack it and upload the .csv or .jsonl file inside"
 
 
 def _decode(data: bytes) -> tuple[str | None, str | None]:
@@ -108,7 +135,7 @@ def _failed(message: str, fmt: str) -> ParseResult:
 
 
 def _too_big(size: int, max_bytes: int) -> str:
-    shown, limit = _human_size(size), _human_size(max_bytes)
+    shown, limit = human_size(size), human_size(max_bytes)
     if shown == limit:
         shown, limit = f"{shown} ({size:,} bytes)", f"{limit} ({max_bytes:,} bytes)"
     return f"file is {shown}; the limit is {limit}"
@@ -118,6 +145,9 @@ def _text_of(data: bytes, max_bytes: int) -> tuple[str | None, str | None]:
     """Return (text, error): the decoded file, unless it is too big, empty or not UTF-8."""
     if len(data) > max_bytes:
         return None, _too_big(len(data), max_bytes)
+    container = _container(data)
+    if container:
+        return None, container
     body = data[len(_BOM):] if data.startswith(_BOM) else data
     if not body.strip():
         return None, "file is empty" if not body else "file is empty (it contains only whitespace)"

@@ -25,6 +25,22 @@ FIELD_LIMITS = {
 }
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_ROWS = 50_000
+# The longest file name most file systems allow, and the length a task stores.
+MAX_FILENAME_CHARS = 255
+
+
+def human_size(n: int) -> str:
+    """A byte count the way every message shows it (binary units: 1 MB = 1,048,576 bytes)."""
+    if n >= 1024 * 1024:
+        return f"{n / (1024 * 1024):.1f} MB"
+    if n >= 1024:
+        return f"{n / 1024:.1f} KB"
+    return f"{n} bytes"
+
+
+def long_filename_message(length: int) -> str:
+    return (f"file name is {length:,} characters long; the limit is {MAX_FILENAME_CHARS} - rename the file "
+            "and upload it again")
 
 
 # --------------------------------------------------------------------------

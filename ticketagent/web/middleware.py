@@ -1,33 +1,45 @@
-"""Web-facing security plumbing: request size cap, rate limits, the
-Content-Security-Policy header, and secret redaction for logs and error pages.
+"""Web-facing security plumbing: the request body's guards, rate limits, and secret redaction for logs and error pages.
 
-Nothing here imports models at import time: the logging filter is built while
-Django configures logging, before the app registry is ready.
+The Content-Security-Policy header comes from django-csp (settings); the
+queue's operator check from ticketagent.web.queue_guard. Nothing here imports
+models at import time: the logging filter is built while Django configures
+logging, before the app registry is ready.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 
 from django.conf import settings
-from django.http import HttpResponse
+from django.http import HttpResponse, UnreadablePostError
+from django.http.multipartparser import MultiPartParserError
+from django.urls import reverse
 from django.utils.html import escape
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
 from ledger.channels.redact import redact
+from ticketagent.upload.rows import MAX_FILENAME_CHARS, human_size, long_filename_message
 from ticketagent.web import ratelimit
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+# htmx swaps these into the form's target (base.html's htmx-config); a short refusal goes to #flash instead
+_SWAPPED_BY_HTMX = frozenset({400, 409, 422})
 
 
 def _redact(text: str) -> str:
     return redact(text)
 
 
-def _plain_answer(request, status: int, message: str, title: str) -> HttpResponse:
+def plain_answer(request, status: int, message: str, title: str) -> HttpResponse:
     """A short, clear refusal. htmx shows the text in the page's #flash box;
     a browser without JavaScript gets a minimal page with a way back."""
     if request.headers.get("HX-Request") == "true":
+        if status in _SWAPPED_BY_HTMX:
+            response = HttpResponse(f'<div id="flash" role="alert" aria-live="assertive">{escape(message)}</div>',
+                                    status=status, content_type="text/html; charset=utf-8")
+            response["HX-Retarget"], response["HX-Reswap"] = "#flash", "outerHTML"
+            return response
         return HttpResponse(message + "\n", status=status, content_type="text/plain; charset=utf-8")
     body = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title></head>'
             f'<body><h1>{escape(title)}</h1><p role="alert">{escape(message)}</p>'
@@ -35,16 +47,30 @@ def _plain_answer(request, status: int, message: str, title: str) -> HttpRespons
     return HttpResponse(body, status=status, content_type="text/html; charset=utf-8")
 
 
-# --------------------------------------------------------------------------- request size
+# --------------------------------------------------------------------------- the request body
+
+_FILENAME = re.compile(rb'filename="([^"\r\n]*)"')
 
 
 class RequestSizeLimitMiddleware:
-    """Refuse a request body larger than REQUEST_MAX_BYTES before anything reads it.
+    """The request body, before anything else reads it: not larger than
+    REQUEST_MAX_BYTES, as long as its Content-Length says, and a form Django can parse.
 
-    Django's DATA_UPLOAD_MAX_MEMORY_SIZE does not count uploaded files (they
-    stream to a temporary file of any size), so without this a multi-gigabyte
-    "upload" would be written to disk before the view could say no. Must sit
-    before CsrfViewMiddleware, which reads request.POST.
+    * Over REQUEST_MAX_BYTES: 413 before the body is read. Django's
+      DATA_UPLOAD_MAX_MEMORY_SIZE does not count uploaded files (they stream to
+      a temporary file of any size).
+    * Shorter than its Content-Length (the client stopped sending, or the
+      connection broke): 400, and nothing is parsed -- a multipart body cut
+      short still parses, as the rows that arrived.
+    * A file name over MAX_FILENAME_CHARS (255): 400 with the parser's words.
+      Django would cut it to 255 characters, or refuse the whole form with a
+      bare "Bad Request (400)" once the part's headers pass 1,024 bytes.
+
+    Reading the whole body here costs memory up to REQUEST_MAX_BYTES per
+    request; uploads are held in memory anyway (FILE_UPLOAD_MAX_MEMORY_SIZE).
+    Two Content-Length headers never reach Django under the production server
+    (gunicorn refuses them with 400); Django's development server keeps the first.
+    Must sit before CsrfViewMiddleware, which reads request.POST.
     """
 
     def __init__(self, get_response):
@@ -52,22 +78,51 @@ class RequestSizeLimitMiddleware:
 
     def __call__(self, request):
         if request.method not in SAFE_METHODS:
-            raw = request.META.get("CONTENT_LENGTH") or "0"
-            limit = settings.REQUEST_MAX_BYTES
-            try:
-                length = int(raw)
-            except ValueError:
-                return _plain_answer(request, 400, f"Bad request: Content-Length {raw[:40]!r} is not a number.",
-                                     "Bad request")
-            if length < 0:
-                return _plain_answer(request, 400, "Bad request: negative Content-Length.", "Bad request")
-            if length > limit:
-                return _plain_answer(
-                    request, 413,
-                    f"Request too large: {length / 1e6:.1f} MB; the limit is {limit / 1e6:.1f} MB "
-                    f"(upload files up to {settings.UPLOAD_MAX_BYTES / 1e6:.1f} MB). Nothing was changed.",
-                    "Request too large")
+            refusal = self.check(request)
+            if refusal is not None:
+                return refusal
         return self.get_response(request)
+
+    def check(self, request) -> HttpResponse | None:
+        raw = request.META.get("CONTENT_LENGTH") or "0"
+        try:
+            length = int(raw)
+        except ValueError:
+            return plain_answer(request, 400, f"Bad request: Content-Length {raw[:40]!r} is not a number.",
+                                "Bad request")
+        if length < 0:
+            return plain_answer(request, 400, "Bad request: negative Content-Length.", "Bad request")
+        if length > settings.REQUEST_MAX_BYTES:
+            return plain_answer(request, 413, self.too_large(request, length), "Request too large")
+        try:
+            body = request.body
+        except UnreadablePostError:
+            body = b""
+        if len(body) != length:
+            return plain_answer(
+                request, 400, f"Bad request: the request body ended after {len(body):,} of the {length:,} bytes "
+                              "it announced (the connection was interrupted). Nothing was changed; try again.",
+                "Bad request")
+        longest = max((len(name.decode("utf-8", "replace")) for name in _FILENAME.findall(body[:65536])), default=0)
+        if longest > MAX_FILENAME_CHARS and request.content_type == "multipart/form-data":
+            # Django would cut the name to 255 characters (over ~950 it refuses the whole form): the same
+            # words as the parser's instead, whatever the length.
+            return plain_answer(request, 400, long_filename_message(longest) + ". Nothing was uploaded.",
+                                "Bad request")
+        try:
+            request.POST  # noqa: B018 - parsed here, where a refusal can still be put in words
+        except MultiPartParserError as exc:
+            return plain_answer(request, 400, f"Bad request: the form could not be read ({exc}). Nothing was "
+                                              "changed.", "Bad request")
+        return None
+
+    @staticmethod
+    def too_large(request, length: int) -> str:
+        if request.path_info == reverse("upload"):
+            return (f"Request too large: {human_size(length)}; the limit for an uploaded file is "
+                    f"{human_size(settings.UPLOAD_MAX_BYTES)}. Nothing was changed.")
+        return (f"Request too large: {human_size(length)}; the limit is {human_size(settings.REQUEST_MAX_BYTES)}. "
+                "Nothing was changed.")
 
 
 # --------------------------------------------------------------------------- rate limits
@@ -87,9 +142,9 @@ def _scope(request) -> str | None:
 
 
 class RateLimitMiddleware:
-    """Per-user budgets for uploads and actions, and for failed logins per
-    user name (ticketagent.web.ratelimit). Over budget: 429 with Retry-After and
-    a message saying what to do. Sits after CsrfViewMiddleware, so a forged
+    """Per-user budgets for uploads and actions, and the failed-login policy
+    (ticketagent.web.ratelimit). Over budget: 429 with Retry-After and a
+    message saying what to do. Sits after CsrfViewMiddleware, so a forged
     request is refused (403) before it spends anyone's budget."""
 
     def __init__(self, get_response):
@@ -97,10 +152,12 @@ class RateLimitMiddleware:
 
     def __call__(self, request):
         response = self.get_response(request)
-        login_identity = getattr(request, "_ratelimit_login_identity", None)
-        if login_identity and response.status_code == 200:
-            # The login form came back: the attempt failed. Count it.
-            ratelimit.hit("login", login_identity)
+        username = getattr(request, "_ratelimit_login_username", None)
+        if username:
+            if response.status_code == 200:
+                ratelimit.login_failed(request, username)  # the login form came back: the attempt failed
+            elif response.status_code == 302 and request.user.is_authenticated:
+                ratelimit.login_succeeded(request, response, username)
         return response
 
     def process_view(self, request, view_func, view_args, view_kwargs):
@@ -113,42 +170,20 @@ class RateLimitMiddleware:
             username = request.POST.get("username", "")
             if not username:
                 return None
-            identity = ratelimit.login_identity(username)
-            allowance = ratelimit.peek("login", identity)
-            if not allowance.allowed:
-                return self.refuse(request, "login", allowance)
-            request._ratelimit_login_identity = identity
+            refusal = ratelimit.login_refusal(request, username)
+            if refusal is not None:
+                return self.refuse(request, *refusal)
+            request._ratelimit_login_username = username
             return None
-        allowance = ratelimit.hit(scope, ratelimit.user_identity(request.user))
+        allowance = ratelimit.hit(request, scope)
         if not allowance.allowed:
             return self.refuse(request, scope, allowance)
         return None
 
     @staticmethod
     def refuse(request, scope, allowance):
-        response = _plain_answer(request, 429, ratelimit.message(scope, allowance), "Too many requests")
+        response = plain_answer(request, 429, ratelimit.message(scope, allowance), "Too many requests")
         response["Retry-After"] = str(allowance.retry_after)
-        return response
-
-
-# --------------------------------------------------------------------------- CSP
-
-
-class ContentSecurityPolicyMiddleware:
-    """Sends CONTENT_SECURITY_POLICY on our pages: only our own scripts run,
-    so even markup that slipped past escaping could not execute. The admin and
-    the RQ dashboard (staff only, third-party templates with inline scripts)
-    are left alone."""
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
-        response = self.get_response(request)
-        policy = settings.CONTENT_SECURITY_POLICY
-        if policy and "Content-Security-Policy" not in response and not any(
-                request.path.startswith(p) for p in settings.CONTENT_SECURITY_POLICY_EXEMPT):
-            response["Content-Security-Policy"] = policy
         return response
 
 

@@ -10,6 +10,11 @@ from django.db import connections
 import ticketagent.pipeline.run  # noqa: F401 - the job's code, loaded once before any fork
 from ticketagent.recovery import recover_once
 
+# rq's worker key expires WORKER_TTL (+60) seconds after the last heartbeat; an idle
+# worker heartbeats every WORKER_TTL - 15 s (rq's default TTL, 420 s, would let a
+# hung worker look alive for eight minutes). `manage.py worker-health` reads it.
+WORKER_TTL = 60
+
 
 class Command(BaseCommand):
     help = "Start an RQ worker for the ticket queue, after one recovery pass."
@@ -31,7 +36,7 @@ class Command(BaseCommand):
         except Exception as exc:  # noqa: BLE001 - the worker still starts; the sweep loop retries
             self.stderr.write(f"recovery at start failed: {exc}")
         fork = settings.WORKER_FORK if fork is None else fork
-        kwargs = {"burst": burst, "with_scheduler": with_scheduler}
+        kwargs = {"burst": burst, "with_scheduler": with_scheduler, "worker_ttl": WORKER_TTL}
         if not fork:
             # One process runs every job: its database connection is kept
             # between jobs (each job health-checks it first, ticketagent.jobs)
