@@ -17,7 +17,7 @@ from .conftest import TIMEOUT_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-HASHED = re.compile(r"\.[0-9a-f]{12}\.(css|js)$")
+HASHED = re.compile(r"\.[0-9a-f]{12}\.(css|js|ico)$")
 
 
 def test_pages_load_css_and_htmx_and_an_upload_completes(chromium, production_stack):
@@ -41,7 +41,7 @@ def test_pages_load_css_and_htmx_and_an_upload_completes(chromium, production_st
         assert page.evaluate("() => window.htmx && window.htmx.version").startswith("2.")
         assert page.evaluate("() => getComputedStyle(document.querySelector('header.top')).display") != "inline"
         assert statics and all(status == 200 for _, status in statics), statics
-        assert all(HASHED.search(url.split("?")[0]) for url, _ in statics), statics
+        assert all(HASHED.search(url.split("?")[0]) for url, _ in statics), [u for u, _ in statics]
 
         page.locator("#nav-upload").click()
         page.locator("input[name=file]").set_input_files(str(ROOT / "docs" / "examples" / "tickets.csv"))
