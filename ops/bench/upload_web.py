@@ -97,17 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.contrib.auth.models import Group, User
     from django.core.files.uploadedfile import SimpleUploadedFile
     from django.test import Client
 
     from ticketagent import jobs
 
+    if "testserver" not in settings.ALLOWED_HOSTS:  # the test client's host name
+        settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     user, _ = User.objects.get_or_create(username="bench-uploader")
     user.groups.add(Group.objects.get_or_create(name="operators")[0])
     client = Client()
     client.force_login(user)
-    if client.get("/upload/").status_code != 200:
+    if client.get("/upload/", secure=True).status_code != 200:
         raise SystemExit("GET /upload/ did not answer 200")
     data = csv_bytes(args.rows, args.tag)
     redis_conn = jobs.get_queue().connection
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     response = client.post("/upload/", {"file": SimpleUploadedFile(f"{args.tag}.csv", data, "text/csv"),
                                         "name": f"bench upload {args.rows}", "notify_channel": "helpdesk",
-                                        "failure_threshold": 3})
+                                        "failure_threshold": 3}, secure=True)
     seconds = time.perf_counter() - t
     peak = sampler.stop()
     trips, commands = counter.round_trips, counter.commands
