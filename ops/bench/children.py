@@ -35,7 +35,10 @@ class BenchProcesses:
         self.workers += started
         return started
 
-    def wait_workers_ready(self, children: list[Child], timeout: float = 90) -> None:
+    def wait_workers_ready(self, children: list[Child], timeout: float | None = None) -> None:
+        """Until every one of them registered with rq (by default 60 s + 5 s a worker: 32 of them
+        importing Django and the SDK at once on two cores take a while)."""
+        timeout = 60 + 5 * len(children) if timeout is None else timeout
         from rq import Worker
 
         from ticketagent.jobs import get_queue
