@@ -15,8 +15,9 @@
 #   make clean        remove var/ (local databases, logs) and the install stamp
 #
 # Everything runs with .venv/bin/python; the venv is created on first use.
-# `make run` installs requirements.txt (what the product runs on); `make test`
-# and `make lint` install requirements-dev.txt (it includes the runtime set).
+# `make run` installs requirements.txt (what the product runs on); `make test`,
+# `make lint` and `make bench` (its DBOS peer) install requirements-dev.txt (it
+# includes the runtime set).
 # Each re-runs pip only when its file changed. Extra pytest arguments:
 # make test PYTEST_ARGS="-k upload -x".
 
@@ -99,7 +100,7 @@ recover: sweep
 sandbox: $(STAMP)
 	$(PY) -m sandbox --db var/sandbox.sqlite3
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(PY) scripts/run.py manage bench
 
 clean:

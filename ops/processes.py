@@ -386,6 +386,15 @@ class Processes:
         return [describe(p) for p in left]
 
 
+# --------------------------------------------------------------------------- the benchmark's DBOS peer
+
+
+def dbos_worker_command(*, database_url: str, executor_id: str, polling: float = 0.01) -> list[str]:
+    """The command line of one worker of the benchmark's DBOS peer (ops/bench/dbos_worker.py)."""
+    return [sys.executable, "-m", "ops.bench.dbos_worker", "--database-url", database_url,
+            "--executor-id", executor_id, "--polling", str(polling)]
+
+
 # --------------------------------------------------------------------------- the sandbox helpdesk
 
 

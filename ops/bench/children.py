@@ -1,4 +1,4 @@
-"""The processes a benchmark run starts: workers, the recovery sweep, the sandbox and the model server.
+"""The processes a benchmark run starts: our workers and the DBOS peer's, the sweep, the sandbox, the model server.
 
 A thin layer over ops.processes: every one of them is a child of one
 `Processes`, marked, logged under the run's directory, and `stop()` leaves
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from ops.processes import Child, Processes, start_sandbox
+from ops.processes import Child, Processes, dbos_worker_command, start_sandbox
 
 WORKER = [sys.executable, "manage.py", "worker"]
 
@@ -22,6 +22,7 @@ class BenchProcesses:
         self.workdir = workdir
         self.procs = Processes(env=env, log_dir=workdir)
         self.workers: list[Child] = []
+        self.dbos_started: list[str] = []  # executor ids, unique over the run
 
     @property
     def env(self) -> dict:
@@ -34,7 +35,10 @@ class BenchProcesses:
         self.workers += started
         return started
 
-    def wait_workers_ready(self, children: list[Child], timeout: float = 90) -> None:
+    def wait_workers_ready(self, children: list[Child], timeout: float | None = None) -> None:
+        """Until every one of them registered with rq (by default 60 s + 5 s a worker: 32 of them
+        importing Django and the SDK at once on two cores take a while)."""
+        timeout = 60 + 5 * len(children) if timeout is None else timeout
         from rq import Worker
 
         from ticketagent.jobs import get_queue
@@ -52,6 +56,26 @@ class BenchProcesses:
             time.sleep(0.1)
         raise RuntimeError(f"workers did not register within {timeout:.0f}s; see {self.workdir}")
 
+    def start_dbos_workers(self, n: int, database_url: str, extra_env: dict | None = None,
+                           timeout: float = 90) -> list[Child]:
+        """n worker processes of the DBOS peer, each its own executor; returns once all listen."""
+        started = []  # (the worker drops DBOS__* variables itself: never DBOS Cloud)
+        try:
+            for _ in range(n):
+                executor = f"peer-{len(self.dbos_started) + 1}"
+                self.dbos_started.append(executor)
+                started.append(self.procs.start("dbos-worker", dbos_worker_command(
+                    database_url=database_url, executor_id=executor), env=extra_env))
+            for child in started:
+                child.wait_line(lambda text: '"dbos_ready"' in text, timeout=timeout)
+        except BaseException:
+            self.stop_other_all(started)
+            raise
+        return started
+
+    def stop_other_all(self, children: list[Child]) -> None:
+        self.procs.stop(children, grace=15, descendants=False)
+
     def kill_worker(self, child: Child) -> None:
         """SIGKILL a worker and its work-horse, as a crash would."""
         self.procs.kill(child)
@@ -63,8 +87,8 @@ class BenchProcesses:
         self.workers = [c for c in self.workers if c not in children]
 
     # other processes -------------------------------------------------------
-    def start_recovery(self) -> Child:
-        return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"])
+    def start_recovery(self, extra_env: dict | None = None) -> Child:
+        return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"], env=extra_env)
 
     def start_model_server(self, latency: float) -> tuple[Child, str]:
         """The bench's model server (ops.bench.model_server); returns it and its base URL."""
@@ -77,8 +101,8 @@ class BenchProcesses:
             raise
         return child, f"http://127.0.0.1:{json.loads(line)['port']}/v1"
 
-    def start_sandbox(self) -> tuple[str, int]:
-        sandbox = start_sandbox(self.procs, db=self.workdir / "sandbox.sqlite3", quiet=True)
+    def start_sandbox(self, *, ignore_keys: bool = False, name: str = "sandbox") -> tuple[str, int]:
+        sandbox = start_sandbox(self.procs, db=self.workdir / f"{name}.sqlite3", ignore_keys=ignore_keys, quiet=True)
         return sandbox.url, sandbox.smtp_port
 
     def stop_other(self, child: Child) -> None:

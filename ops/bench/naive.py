@@ -26,7 +26,10 @@ DONE_KEY = "ticketagent-bench:naive:done"
 EFFECT_STEPS = ("save_draft", "notify_customer", "set_status", "escalate", "close_ticket")
 
 
-def _tools():
+def job_tools():
+    """The draft step's tools without a database: the knowledge base read
+    from disk, no look-up of the customer's other tickets (shared with the
+    DBOS peer, ops/bench/dbos_worker.py)."""
     from ticketagent.llm.base import Tools
 
     def knowledge_base(query: str):
@@ -49,7 +52,7 @@ def naive_item(ticket: dict) -> str:
 
     model = get_model_client()
     triage = model.triage(ticket)
-    reply = model.draft(ticket, triage, _tools())
+    reply = model.draft(ticket, triage, job_tools())
     decision = model.decide(ticket, triage, reply)
     outputs = {"triage": triage.model_dump(), "draft": reply.model_dump(), "decide": decision.model_dump()}
     channel = RestHelpdeskChannel()

@@ -13,6 +13,12 @@ Sections (names for `--only`), one module each:
     dashboard  p50/p95 server time of four pages over 100k items / 300k effects
     dryrun     dry-run of a 10k-item task
     replay     replay of 100k events
+    peer       ours vs the same pipeline on DBOS Transact, 1/2/4 workers (items/s, ratio)
+    writes     transactions, statements and server time per item (PostgreSQL's own counts), ours and
+               the peer's; what one PostgreSQL core sustains
+    upload     10k (and 50k) tickets through the upload page: seconds, RSS growth, Redis round trips
+    fairness   a small task behind a 10k-item one: first start, completion vs alone; cancel
+    unknowns   10% dropped connections, 10% 503s: unknown -> settled per cause; duplicates, ours and the peer's
 
 The runner uses the configured database and Redis as they are: the command
 (`ops/management/commands/bench.py`) is what points them at a dedicated
@@ -30,17 +36,33 @@ from pathlib import Path
 
 from django.conf import settings
 
-from ops.bench import dashboard, dataset, dryrun, gate, kill, latency, overhead, replay
+from ops.bench import (
+    dashboard,
+    dataset,
+    dryrun,
+    fairness,
+    gate,
+    kill,
+    latency,
+    overhead,
+    peer,
+    replay,
+    unknowns,
+    upload,
+    writes,
+)
 from ops.bench.children import BenchProcesses
 from ops.bench.machine import cpu_probe, load_average, machine_info
 from ops.bench.results import Results
 from ops.bench.sizes import Sizes
 from ops.processes import database_url
 
-SECTIONS = ("overhead", "gate", "latency", "kill", "dashboard", "dryrun", "replay")
+SECTIONS = ("overhead", "gate", "latency", "kill", "dashboard", "dryrun", "replay", "peer", "writes", "upload",
+            "fairness", "unknowns")
 DATASET_SECTIONS = ("dashboard", "dryrun", "replay")
 RUN = {"overhead": overhead.run, "gate": gate.run, "latency": latency.run, "kill": kill.run,
-       "dashboard": dashboard.run, "dryrun": dryrun.run, "replay": replay.run}
+       "dashboard": dashboard.run, "dryrun": dryrun.run, "replay": replay.run, "peer": peer.run,
+       "writes": writes.run, "upload": upload.run, "fairness": fairness.run, "unknowns": unknowns.run}
 
 
 class Bench:
@@ -81,7 +103,7 @@ class Bench:
                 dataset.load(self)
             else:
                 dataset.clear_runs()
-            if {"overhead", "latency", "kill"} & set(self.only):
+            if {"overhead", "latency", "kill", "peer", "writes", "upload", "fairness"} & set(self.only):
                 self._start_sandbox()
             for section in self.only:
                 RUN[section](self)

@@ -26,13 +26,28 @@ class Sizes:
     dashboard_requests: int = 30
     dryrun_repeats: int = 5
     replay_repeats: int = 1
+    peer_items: int = 60  # tickets per run, each side
+    peer_workers: tuple[int, ...] = (1, 2, 4)
+    peer_repeats: int = 3
+    writes_items: int = 100
+    upload_sizes: tuple[int, ...] = (10_000,)
+    fair_big: int = 10_000
+    fair_small: int = 10
+    fair_workers: int = 4
+    fair_wait: float = 60.0  # seconds the small task is waited for, at most
+    faults_items: int = 100
+    faults_workers: int = 2
 
 
 QUICK = Sizes("quick")
-FULL = Sizes("full", overhead_items=300, gate_ops=2000, latency_workers=(4, 8, 16), latency_items=1000,
-             latency_fork_items=200, kill_rounds=10, dashboard_requests=100, dryrun_repeats=10, replay_repeats=3)
+FULL = Sizes("full", overhead_items=300, gate_ops=2000, latency_workers=(4, 8, 16, 32), latency_items=1000,
+             latency_fork_items=200, kill_rounds=10, dashboard_requests=100, dryrun_repeats=10, replay_repeats=3,
+             peer_items=300, writes_items=300, upload_sizes=(10_000, 50_000), fair_workers=8, fair_wait=300.0,
+             faults_items=400)
 # For the smoke test only: everything, tiny.
 TINY = Sizes("tiny", overhead_items=4, overhead_workers=(1,), gate_ops=10, latency_workers=(1,), latency_per_worker=1,
              latency_per_worker_item=1, model_latency=0.05, kill_rounds=1, dataset_items=300, dataset_big_task=100,
-             dataset_task_size=50, replay_events=800, dashboard_requests=3, dryrun_repeats=2, replay_repeats=1)
+             dataset_task_size=50, replay_events=800, dashboard_requests=3, dryrun_repeats=2, replay_repeats=1,
+             peer_items=3, peer_workers=(1,), peer_repeats=1, writes_items=3, upload_sizes=(200,), fair_big=60,
+             fair_small=2, fair_workers=1, fair_wait=10.0, faults_items=6, faults_workers=1)
 SIZES = {s.name: s for s in (QUICK, FULL, TINY)}

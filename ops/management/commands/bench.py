@@ -81,8 +81,9 @@ def _redacted(url: str) -> str:
 
 
 class Command(BaseCommand):
-    help = ("Benchmarks: the durable pipeline against a naive job, the gate against two bare writes, "
-            "latency-bound throughput, dashboard, dry-run, replay and SIGKILL recovery. Writes the table "
+    help = ("Benchmarks: the durable pipeline against a naive job and against the same pipeline on DBOS "
+            "Transact, the gate against two bare writes, writes per item, latency-bound throughput, uploads, "
+            "fair queues, unknowns under faults, dashboard, dry-run, replay and SIGKILL recovery. Writes the table "
             "to docs/benchmarks.md. Uses a dedicated database (see --database-url), never the dev data.")
 
     def add_arguments(self, parser):
@@ -93,7 +94,8 @@ class Command(BaseCommand):
         size.add_argument("--sizes", choices=["quick", "full", "tiny"], default=None,
                           help="(tiny: for the smoke test only)")
         parser.add_argument("--only", default="", help="comma list of sections: overhead, gate, latency, kill, "
-                                                       "dashboard, dryrun, replay (default: all)")
+                                                       "dashboard, dryrun, replay, peer, writes, upload, "
+                                                       "fairness, unknowns (default: all)")
         parser.add_argument("--database-url", default="",
                             help=f"the bench database (default: BENCH_DATABASE_URL, else <DATABASE_URL>_bench, "
                                  f"else {DEFAULT_DB})")
