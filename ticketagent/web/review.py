@@ -118,27 +118,25 @@ def item_approval_view(request, pk):
     return _item_answer(request, item, "approval-row", error)
 
 
-@login_required
-@require_POST
-def item_retry_view(request, pk):
+def _failed_item_control(request, pk, service):
+    """Retry or skip a failed item: one service call, the row (htmx) or the page back."""
     require_operator(request)
     item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
     error = ""
     try:
-        item_retry(item_id=item.pk, reason=request.POST.get("reason", ""), actor=actor(request))
+        service(item_id=item.pk, reason=request.POST.get("reason", ""), actor=actor(request))
     except ServiceError as exc:
         error = str(exc)
     return _item_answer(request, item, "failed-row", error)
+
+
+@login_required
+@require_POST
+def item_retry_view(request, pk):
+    return _failed_item_control(request, pk, item_retry)
 
 
 @login_required
 @require_POST
 def item_skip_view(request, pk):
-    require_operator(request)
-    item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
-    error = ""
-    try:
-        item_skip(item_id=item.pk, reason=request.POST.get("reason", ""), actor=actor(request))
-    except ServiceError as exc:
-        error = str(exc)
-    return _item_answer(request, item, "failed-row", error)
+    return _failed_item_control(request, pk, item_skip)

@@ -2,10 +2,9 @@
 
 from pathlib import Path
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from ticketagent.models import NotifyChannel
+from ticketagent.management.task_options import add_task_options, task_options
 from ticketagent.services import ServiceError
 from ticketagent.services.upload import UploadRejected, task_upload
 
@@ -15,29 +14,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("file", help="path to a .csv or .jsonl file")
-        parser.add_argument("--name", default="", help="task name (default: the file name)")
-        parser.add_argument("--allow-auto-close", action="store_true",
-                            help="let the agent close tickets without an operator's approval")
-        parser.add_argument("--notify-channel", choices=NotifyChannel.values, default=NotifyChannel.HELPDESK)
-        parser.add_argument("--failure-threshold", type=int, default=None,
-                            help="consecutive failed items that suspend the task")
-        parser.add_argument("--user", default=None, help="username recorded as the uploader")
+        add_task_options(parser, name_default="the file name")
 
-    def handle(self, *args, file, name, allow_auto_close, notify_channel, failure_threshold, user, **options):
+    def handle(self, *args, file, **options):
         path = Path(file)
         if not path.is_file():
             raise CommandError(f"{file}: no such file")
-        if failure_threshold is not None and failure_threshold < 1:
-            raise CommandError("--failure-threshold must be at least 1")
-        uploader = None
-        if user:
-            uploader = get_user_model().objects.filter(username=user).first()
-            if uploader is None:
-                raise CommandError(f"user {user!r} does not exist")
         try:
-            task = task_upload(data=path.read_bytes(), filename=path.name, user=uploader, name=name,
-                               allow_auto_close=allow_auto_close, notify_channel=notify_channel,
-                               failure_threshold=failure_threshold)
+            task = task_upload(data=path.read_bytes(), filename=path.name, **task_options(options))
         except UploadRejected as exc:
             for error in exc.errors:
                 self.stderr.write(f"{path.name}: {error}")
