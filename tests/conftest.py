@@ -20,6 +20,7 @@ from django.contrib.auth.models import Group, User
 from ledger import faults
 from ops.processes import Child, Processes, database_url, start_sandbox
 from sandbox.client import SandboxClient
+from tests.fakes.zendesk_server import zd, zendesk_server  # noqa: F401 - fixtures (a fake Zendesk)
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_ALL = os.environ.get("TICKETAGENT_REQUIRE_ALL") == "1"

@@ -7,14 +7,13 @@ import time
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.contrib.auth.models import Group, User
 from django.db import connection
-from django.test import Client
 
 from ledger.models import Effect
 from ops.bench.dataset import big_task
 from ops.bench.profiling import profile_section
 from ops.bench.results import percentile
+from ops.bench.workload import operator_client
 from ticketagent.health import health_numbers_refresh
 from ticketagent.models import Item
 
@@ -27,7 +26,7 @@ def run(bench: Bench) -> None:
     big = big_task()
     n_items, n_effects = Item.objects.count(), Effect.objects.count()
     bench.log(f"== 4 dashboard: {n_items} items, {n_effects} effects; {s.dashboard_requests} requests per page")
-    client = _operator_client()
+    client = operator_client()
     pages = {"task list": "/", "task detail": f"/tasks/{big.pk}/", "review queue": "/review/",
              "/metrics": "/metrics"}
     # The whole-database counts (tiles, /metrics) are shared through the
@@ -59,14 +58,6 @@ def run(bench: Bench) -> None:
     stop.set()
     counting.join(timeout=30)
     _record(bench, times, ttl, n_items, n_effects)
-
-
-def _operator_client() -> Client:
-    user, _ = User.objects.get_or_create(username="bench-operator")
-    user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _refresher(stop: threading.Event, ttl: float) -> None:

@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING
 
 import redis
 from django.conf import settings
-from django.contrib.auth.models import Group, User
-from django.test import Client
 from django.utils import timezone
 
 from ops.bench.upload_web import csv_bytes
-from ops.bench.workload import wait_task_ended
+from ops.bench.workload import operator_client, wait_task_ended
 from ops.samples import ticket_rows
 from ticketagent import jobs
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task
@@ -95,14 +93,6 @@ def _wait_started(task: Task, n: int, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def _operator_client() -> Client:
-    user, _ = User.objects.get_or_create(username="bench-operator")
-    user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def queued_jobs_of(item_ids: set[int]) -> int:
     """Jobs of these items still waiting in any rq queue of the bench's Redis DB."""
     conn: redis.Redis = jobs.get_queue().connection
@@ -120,7 +110,7 @@ def queued_jobs_of(item_ids: set[int]) -> int:
 def _cancel(bench: Bench, big: Task) -> dict:
     ids = set(Item.objects.filter(task=big).values_list("pk", flat=True))
     before = queued_jobs_of(ids)
-    response = _operator_client().post(f"/tasks/{big.pk}/cancel/")
+    response = operator_client().post(f"/tasks/{big.pk}/cancel/")
     answered = timezone.now()
     if response.status_code >= 400:
         raise RuntimeError(f"cancel answered {response.status_code}")

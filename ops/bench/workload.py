@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
+from django.contrib.auth.models import Group, User
 from django.db.models import Count, Max
+from django.test import Client
 
 from ticketagent.models import Item, ItemStatus
 
@@ -29,3 +31,12 @@ def wait_task_ended(task_id: int, n: int, timeout: float) -> float:
 
 def task_outcome(task_id: int) -> dict:
     return dict(Item.objects.filter(task_id=task_id).values_list("status").annotate(n=Count("id")))
+
+
+def operator_client() -> Client:
+    """A Django test client logged in as the bench's operator (the pages, in-process)."""
+    user, _ = User.objects.get_or_create(username="bench-operator")
+    user.groups.add(Group.objects.get_or_create(name="operators")[0])
+    client = Client()
+    client.force_login(user)
+    return client

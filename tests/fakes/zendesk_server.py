@@ -49,6 +49,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+import pytest
+
 from tests.fakes.zendesk_state import NOT_FOUND, ZendeskState
 
 AGENT_TOKEN = "zd-api-token-6f1c2b9e4d7a"  # noqa: S105 - the fake's own credential
@@ -350,3 +352,19 @@ def _decode_cursor(cursor: str) -> int:
         return int(base64.urlsafe_b64decode(cursor.encode()).decode().removeprefix("i:"))
     except (ValueError, binascii.Error):
         return 0
+
+
+@pytest.fixture(scope="module")
+def zendesk_server():
+    """A fake Zendesk for a test module."""
+    server = FakeZendesk().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zd(zendesk_server, settings):
+    """The fake Zendesk, emptied, with the product's settings pointed at it."""
+    zendesk_server.reset()
+    use_fake_zendesk(zendesk_server, settings)
+    return zendesk_server

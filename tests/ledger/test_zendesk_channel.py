@@ -15,7 +15,6 @@ from ledger.faults import SimulatedCrash, arm
 from ledger.gate import effect_run
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile, effects_mark_unknown
-from tests.fakes.zendesk_server import FakeZendesk, use_fake_zendesk
 
 from ..conftest import wait_for
 
@@ -23,19 +22,6 @@ pytestmark = pytest.mark.django_db
 
 REPLY = {"to": "ann@example.com", "subject": "Re: refund", "body": "Your refund is on its way."}
 
-
-@pytest.fixture(scope="module")
-def zendesk_server():
-    server = FakeZendesk().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def zd(zendesk_server, settings):
-    zendesk_server.reset()
-    use_fake_zendesk(zendesk_server, settings)
-    return zendesk_server
 
 
 @pytest.fixture

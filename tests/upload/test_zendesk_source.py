@@ -5,24 +5,9 @@ import time
 
 import pytest
 
-from tests.fakes.zendesk_server import FakeZendesk, use_fake_zendesk
 from ticketagent.sources import SourceError
 from ticketagent.sources.zendesk import fetch_tickets
 from ticketagent.upload.parse import parse_batch
-
-
-@pytest.fixture(scope="module")
-def zendesk_server():
-    server = FakeZendesk().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def zd(zendesk_server, settings):
-    zendesk_server.reset()
-    use_fake_zendesk(zendesk_server, settings)
-    return zendesk_server
 
 
 def seed(zd, n=3, **kwargs):
