@@ -9,13 +9,11 @@ from typing import TYPE_CHECKING
 
 from django.db import connection
 
-from ledger.models import Effect
 from ops.bench.naive import DONE_KEY, naive_item
 from ops.bench.profiling import profile_pipeline
-from ops.bench.workload import task_outcome, ticket_dict, wait_task_ended
+from ops.bench.workload import durable_rate, ticket_dict
 from ops.samples import ticket_rows
 from ticketagent import jobs
-from ticketagent.services.tasks import task_create
 
 if TYPE_CHECKING:
     from ops.bench.runner import Bench
@@ -37,7 +35,7 @@ def run(bench: Bench) -> None:
             if kind == "naive":
                 figures[kind] = _naive_rate(bench, rows)
             else:
-                figures[kind], figures["effects_per_item"] = _durable_rate(rows, w, invalid)
+                figures[kind], figures["effects_per_item"] = durable_rate(rows, w, invalid)
             bench.log(f"  {w} worker(s) {kind:7s}: {figures[kind]:6.1f} items/s")
         bench.procs.stop_workers(procs)
         ratio = figures["durable"] / figures["naive"]
@@ -69,19 +67,6 @@ def _naive_rate(bench: Bench, rows) -> float:
         time.sleep(0.05)
     end = max(float(x) for x in redis_conn.lrange(DONE_KEY, 0, -1))
     return n / (end - t0)
-
-
-def _durable_rate(rows, w: int, invalid: list[str]) -> tuple[float, float]:
-    """Items/s of the durable pipeline, and its effects per item; a run whose
-    items did not all end done is noted in `invalid`."""
-    n = len(rows)
-    t0 = time.time()
-    task = task_create(rows=rows, name=f"bench overhead {w}w", allow_auto_close=True, failure_threshold=n + 1)
-    end = wait_task_ended(task.pk, n, timeout=60 + n * 2)
-    outcome = task_outcome(task.pk)
-    if outcome.get("done", 0) != n:
-        invalid.append(f"{w} worker(s): durable items ended {outcome}")
-    return n / (end - t0), Effect.objects.filter(owner_task=str(task.pk)).count() / n
 
 
 def _bound(bench: Bench, one: dict) -> None:

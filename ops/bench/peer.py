@@ -19,9 +19,8 @@ import time
 from typing import TYPE_CHECKING
 
 from ops.bench.dbos_peer import DbosPeer
-from ops.bench.workload import task_outcome, wait_task_ended
+from ops.bench.workload import durable_rate
 from ops.samples import ticket_rows
-from ticketagent.services.tasks import task_create
 
 if TYPE_CHECKING:
     from ops.bench.runner import Bench
@@ -56,7 +55,7 @@ def _one_count(bench: Bench, peer: DbosPeer, w: int) -> dict:
             for side in order:
                 rows = ticket_rows(s.peer_items, f"P{w}{side[0].upper()}{rep}", bench.rng)
                 if side == "ours":
-                    rate = _ours(rows, w, notes)
+                    rate, _ = durable_rate(rows, w, notes, label="peer")
                 else:
                     rate = _dbos(bench, peer, rows, w, f"p{w}r{rep}-{int(time.time())}", notes)
                 rates[side].append(rate)
@@ -72,17 +71,6 @@ def _one_count(bench: Bench, peer: DbosPeer, w: int) -> dict:
                                                                                    else ""),
                       f"≥ {TARGET}×", ratio >= TARGET and not notes)
     return {"ours": rates["ours"], "dbos": rates["dbos"], "ratio": ratio, "valid": not notes}
-
-
-def _ours(rows, w: int, notes: list[str]) -> float:
-    n = len(rows)
-    t0 = time.time()
-    task = task_create(rows=rows, name=f"bench peer {w}w", allow_auto_close=True, failure_threshold=n + 1)
-    end = wait_task_ended(task.pk, n, timeout=60 + n * 2)
-    outcome = task_outcome(task.pk)
-    if outcome.get("done", 0) != n:
-        notes.append(f"our items ended {outcome}")
-    return n / (end - t0)
 
 
 def _dbos(bench: Bench, peer: DbosPeer, rows, w: int, tag: str, notes: list[str]) -> float:

@@ -8,7 +8,9 @@ from django.contrib.auth.models import Group, User
 from django.db.models import Count, Max
 from django.test import Client
 
+from ledger.models import Effect
 from ticketagent.models import Item, ItemStatus
+from ticketagent.services.tasks import task_create
 
 
 def ticket_dict(row) -> dict:
@@ -40,3 +42,16 @@ def operator_client() -> Client:
     client = Client()
     client.force_login(user)
     return client
+
+
+def durable_rate(rows, w: int, invalid: list[str], *, label: str = "overhead") -> tuple[float, float]:
+    """Items/s of the durable pipeline, and its effects per item; a run whose
+    items did not all end done is noted in `invalid`."""
+    n = len(rows)
+    t0 = time.time()
+    task = task_create(rows=rows, name=f"bench {label} {w}w", allow_auto_close=True, failure_threshold=n + 1)
+    end = wait_task_ended(task.pk, n, timeout=60 + n * 2)
+    outcome = task_outcome(task.pk)
+    if outcome.get("done", 0) != n:
+        invalid.append(f"{w} worker(s): durable items ended {outcome}")
+    return n / (end - t0), Effect.objects.filter(owner_task=str(task.pk)).count() / n
