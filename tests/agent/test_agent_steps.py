@@ -206,7 +206,7 @@ def test_a_model_refusal_shown_as_the_failure_reason_is_escaped(openai_server, s
 def test_real_worker_processes_reach_the_fake_model_server(openai_server, workers, sandbox):
     openai_server.mode = "tool_call"
     task = make_task(2)
-    assert task.model_label.startswith("OpenAI model")
+    assert task.model_label.startswith("local model: "), "the fake model server is on this machine"
     assert workers.burst(extra_env=openai_server.worker_env) == 0, workers.logs()
     task.refresh_from_db()
     assert task.status == TaskStatus.COMPLETED, workers.logs()

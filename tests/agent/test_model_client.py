@@ -68,7 +68,13 @@ def test_valid_answers_fit_each_schema_and_the_request_is_structured(openai_serv
 
 def test_get_model_client_picks_offline_without_a_key(settings, openai_server):
     assert isinstance(get_model_client(), OpenAIModel)
+    assert model_label() == f"local model: {settings.OPENAI_MODEL}", "the fake server listens on 127.0.0.1"
+    settings.OPENAI_BASE_URL = "https://api.openai.com/v1"
     assert model_label() == f"OpenAI model {settings.OPENAI_MODEL}"
+    settings.OPENAI_BASE_URL = "http://[::1]:8080/v1"
+    assert model_label() == f"local model: {settings.OPENAI_MODEL}"
+    settings.OPENAI_BASE_URL = "http://localhost:11434/v1"
+    assert model_label() == f"local model: {settings.OPENAI_MODEL}"
     settings.OPENAI_API_KEY = ""
     assert isinstance(get_model_client(), OfflineModel)
     assert model_label() == "offline model"

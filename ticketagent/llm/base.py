@@ -1,7 +1,9 @@
 """The model boundary's shared parts: the error every model failure becomes, and the tools a model may call."""
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from ticketagent.llm.schemas import Reply
 
@@ -52,3 +54,14 @@ def one_line_subject(reply: Reply) -> Reply:
     (a "\nBcc: ..." in a subject is header injection, and Django refuses to send it)."""
     subject = " ".join(reply.subject.split()) or "Re: your request"
     return reply if subject == reply.subject else reply.model_copy(update={"subject": subject})
+
+
+def endpoint_label(base_url: str | None, model: str) -> str:
+    """How the UI names a model behind the OpenAI API: "local model: <name>" for a server on this machine
+    (a loopback OPENAI_BASE_URL, e.g. `MODEL=local make run`'s llama-server), else "OpenAI model <name>"."""
+    host = (urlsplit(base_url or "").hostname or "").lower()
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    return f"local model: {model}" if local else f"OpenAI model {model}"

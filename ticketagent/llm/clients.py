@@ -2,6 +2,7 @@
 
 from django.conf import settings
 
+from ticketagent.llm.base import endpoint_label
 from ticketagent.llm.offline import OfflineModel
 from ticketagent.llm.openai_client import OpenAIModel
 
@@ -31,4 +32,8 @@ def get_model_client():
 
 
 def model_label() -> str:
-    return f"OpenAI model {settings.OPENAI_MODEL}" if settings.OPENAI_API_KEY else OfflineModel.label
+    """What the UI and each new task say the agent runs on: "offline model", "OpenAI model <name>", or, for
+    a server on this machine (a loopback OPENAI_BASE_URL, e.g. `MODEL=local make run`), "local model: <name>"."""
+    if not settings.OPENAI_API_KEY:
+        return OfflineModel.label
+    return endpoint_label(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)

@@ -6,7 +6,7 @@ import logging
 from django.conf import settings
 from pydantic import ValidationError
 
-from ticketagent.llm.base import ModelError, Tools, one_line_subject
+from ticketagent.llm.base import ModelError, Tools, endpoint_label, one_line_subject
 from ticketagent.llm.schemas import ALLOWED_ACTIONS, Decision, Reply, Triage
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class OpenAIModel:
         import openai
 
         self._openai = openai
-        self.label = f"OpenAI model {settings.OPENAI_MODEL}"
+        self.label = endpoint_label(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
         self.model = settings.OPENAI_MODEL
         self.max_steps = settings.AGENT_MAX_STEPS
         self.client = openai.OpenAI(

@@ -15,7 +15,9 @@ class Command(BaseCommand):
             "tables; exit 1 on any difference.")
 
     def add_arguments(self, parser):
-        parser.add_argument("task", type=int)
+        parser.add_argument("task", type=int, metavar="TASK",
+                            help="the id of the task to replay (the number in /tasks/<id>/ and in `manage.py "
+                                 "upload`'s output)")
         parser.add_argument("--from", dest="source", default=None,
                             help="replay an exported events.jsonl file instead of the stored events")
 
