@@ -158,7 +158,12 @@ class Stack:
         live = self.procs.live()
         if live:
             say(f"stopping {', '.join(c.name for c in live)} ...")
-        left = self.procs.stop(grace=STOP_GRACE_SECONDS, descendants=False, hurry=lambda: self.hurry, report=say)
+        # The local model last: the workers' last calls need it. Busy, it ignores SIGTERM until its answer is
+        # done; it keeps no state, so it is killed after a short wait.
+        model = [c for c in self.procs.children if c.name == "model"]
+        left = self.procs.stop([c for c in self.procs.children if c not in model], grace=STOP_GRACE_SECONDS,
+                               descendants=False, hurry=lambda: self.hurry, report=say)
+        left += self.procs.stop(model, grace=2)
         if self.redis_proc is not None and self.redis_proc.poll() is None:
             er.stop_process(self.redis_proc, timeout=5)
         if left:
