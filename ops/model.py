@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -260,13 +261,22 @@ def _run_cmake(tree: Path, jobs: int) -> None:
             for line in proc.stdout:
                 out.write(line)
                 if line.startswith("["):
-                    elapsed = int(time.monotonic() - started)
-                    _say(f"  {elapsed // 60}:{elapsed % 60:02d}  {line.rstrip()[:110]}")
+                    _say(f"  {_progress(line, time.monotonic() - started)}  {line.rstrip()[:100]}")
             if proc.wait() != 0:
                 raise SystemExit(f"{argv[0]} {argv[1]} failed (exit {proc.returncode}); the last lines of {log}:\n"
                                  + "".join(log.read_text(errors="replace").splitlines(True)[-25:]))
     elapsed = int(time.monotonic() - started)
     _say(f"== built {server_binary()} in {elapsed // 60}:{elapsed % 60:02d}")
+
+
+def _progress(line: str, elapsed: float) -> str:
+    """"m:ss" so far, and from cmake's "[ NN%]" a guess of what is left."""
+    text = f"{int(elapsed) // 60}:{int(elapsed) % 60:02d}"
+    match = re.match(r"\[\s*(\d+)%\]", line)
+    if match and 5 <= int(match.group(1)) < 100:
+        left = elapsed * (100 - int(match.group(1))) / int(match.group(1))
+        text += f" (~{left / 60:.0f} min left)" if left >= 60 else " (<1 min left)"
+    return text
 
 
 def build(jobs: int = 2) -> Path:
