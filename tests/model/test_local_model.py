@@ -3,7 +3,8 @@
 The test asserts the protocol, not the model's judgement: every item ends with
 a schema-valid decision or fails with a classified reason naming its step;
 effects come only from the allow-list, on the item's own ticket and to the
-uploaded recipient; the ledger equals what the sandbox received; a task
+uploaded recipient, each once however often the decision repeats it; the
+ledger equals what the sandbox received; a task
 suspended by model failures resumes on the model. What the model got right
 is printed (pytest -s) and recorded in docs/model-endpoints.md.
 """
@@ -80,6 +81,9 @@ def assert_protocol(task, sandbox) -> dict:
             assert effect.payload["body"]["to"] == item.customer_email
         decided = outcome[item.ticket_id][2].get("decide", {}).get("actions", [])
         assert effect.owner_step in decided, f"{effect.owner_step} was not in the decision {decided}"
+    # a decision that repeats an action (this model writes ["notify_customer", "notify_customer"]) acts once
+    steps = Counter((e.owner_item, e.owner_step) for e in effects)
+    assert max(steps.values(), default=1) == 1, steps
     committed = {e.idempotency_key for e in effects if e.state == EffectState.COMMITTED}
     deliveries = sandbox.deliveries()
     assert {d["key"] for d in deliveries} == committed, "the sandbox received exactly what the ledger committed"
