@@ -2,13 +2,18 @@
 
     proxy = ModelProxy("http://127.0.0.1:8080").start()   # its own base_url ends in /v1
     proxy.drop = {"response_format"}                       # forward requests without these keys
+    proxy.forge = [message]                                # answer the next turn(s) with these messages
     proxy.exchanges                                        # [(request sent, status, response body)]
     proxy.stop()
 
 It forwards `POST /v1/chat/completions` unchanged, or without the keys in
 `drop`: that makes the real server behave like one that ignores structured
 outputs (llama-cpp-python's server takes only its own `json_object` form), so
-the real model answers in free text. Everything else answers 404.
+the real model answers in free text. `forge` holds assistant messages (a
+malformed tool call, say) that replace the real answer's message, one per
+turn, in order, before the real model answers on its own again; the request
+still reaches the real server, so its answer keeps the server's own shape.
+Everything else answers 404.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             answer = data.decode(errors="replace")
         with proxy.lock:
+            if proxy.forge and status == 200 and isinstance(answer, dict) and answer.get("choices"):
+                answer["choices"][0]["message"] = proxy.forge.pop(0)
+                answer["choices"][0]["finish_reason"] = "tool_calls"
+                data = json.dumps(answer).encode()
             proxy.exchanges.append((sent, status, answer))
         self._answer(status, data)
 
@@ -64,6 +73,7 @@ class ModelProxy:
     def __init__(self, upstream: str):
         self.upstream = upstream.rstrip("/")
         self.drop: set[str] = set()
+        self.forge: list[dict] = []
         self.exchanges: list[tuple[dict, int, object]] = []
         self.lock = threading.Lock()
         self._server: _Server | None = None

@@ -85,3 +85,37 @@ def test_a_model_answering_in_prose_fails_the_step_with_a_clear_reason(proxy, se
         parsed = None
     assert not isinstance(parsed, dict) or set(parsed) != {"subject", "body"}, "the model answered in prose"
     print(f"  prose answer: {prose[:120]!r}; reason: {failed.value.message[:160]}")
+
+
+MALFORMED = [
+    {"role": "assistant", "content": None, "tool_calls": [  # arguments that are not JSON
+        {"id": "call_bad_json", "type": "function", "function": {"name": "knowledge_base", "arguments": "{query: refund"}}]},
+    {"role": "assistant", "content": None, "tool_calls": [  # a tool this agent does not have
+        {"id": "call_unknown", "type": "function", "function": {"name": "refund_customer", "arguments": "{}"}}]},
+]
+
+
+def test_malformed_tool_calls_are_answered_and_the_step_ends_within_its_limit(proxy, settings):
+    """Two malformed calls reach the agent as if the real model had made them.
+    Arguments that are not JSON fail the SDK's parse: the turn counts as an
+    answer that did not match the schema and is asked once more. A tool that
+    does not exist is answered with an error result, which the real model
+    reads on the next turn. The step then ends with the real model's draft,
+    or with a classified reason, within AGENT_MAX_STEPS turns."""
+    proxy.forge = [dict(message) for message in MALFORMED]
+    tools = kit()
+    try:
+        outcome = OpenAIModel().draft(TICKET, TRIAGE, tools)
+    except ModelError as exc:
+        assert exc.kind in ("schema", "step_limit"), exc.message
+        assert any(words in exc.message for words in CLEAR + ("step limit",)), exc.message
+        outcome = exc
+    turns = proxy.exchanges
+    assert 3 <= len(turns) <= settings.AGENT_MAX_STEPS
+    assert all(m["role"] != "tool" for m in turns[1][0]["messages"]), "the call with broken JSON was not run"
+    assert tools.calls[0] == {"tool": "refund_customer", "arguments": {}}
+    results = {m["tool_call_id"]: m["content"] for m in turns[2][0]["messages"] if m["role"] == "tool"}
+    assert "unknown tool 'refund_customer'" in results["call_unknown"]
+    if isinstance(outcome, Reply):
+        assert outcome.subject and outcome.body
+    print(f"  turns: {len(turns)}; outcome: {type(outcome).__name__}")
