@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -78,11 +78,16 @@ def summarize(payload: dict) -> str:
 
 
 def record_transition(effect: Effect, from_state: str, event: str, *, actor: str = "", note: str = "") -> None:
-    """Append the transition and tell the owner, inside the caller's transaction."""
+    """Append the transition and tell the owner, inside the caller's transaction.
+
+    The transition (with the row after it) is the change's one audit record:
+    `recorded=True` tells a listener not to copy it into a log of its own."""
     EffectTransition.objects.create(
-        effect=effect, event=event, from_state=from_state, to_state=effect.state, actor=actor, note=note[:2000]
+        effect=effect, event=event, from_state=from_state, to_state=effect.state, actor=actor, note=note[:2000],
+        snapshot=effect.snapshot(),
     )
-    effect_changed.send(sender=Effect, effect=effect, event=event, actor=actor, note=note, from_state=from_state)
+    effect_changed.send(sender=Effect, effect=effect, event=event, actor=actor, note=note, from_state=from_state,
+                        recorded=True)
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,16 @@ def _retriable(effect: Effect) -> bool:
     return effect.state == EffectState.FAILED
 
 
+def effect_prepare(*, action: str, payload: dict, owner_task: str, owner_item: str, owner_step: str,
+                   lease_token: str, authorized_by: str = "") -> Intent:
+    """What phase 1 will record, with its key and slot (no database work)."""
+    spec = action_spec(action)
+    if spec.needs_approval and not authorized_by:
+        raise ApprovalRequired(f"{action} is irreversible and needs a recorded approval")
+    return Intent.build(spec=spec, payload=payload, owner_task=owner_task, owner_item=owner_item,
+                        owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by)
+
+
 def effect_run(
     *,
     action: str,
@@ -153,28 +168,51 @@ def effect_run(
     recorded: the caller's recovery point commits with the outcome, or
     neither does.
     """
-    spec = action_spec(action)
-    if spec.needs_approval and not authorized_by:
-        raise ApprovalRequired(f"{action} is irreversible and needs a recorded approval")
-    channel = channel or get_channel(spec.channel)
-    intent = Intent.build(spec=spec, payload=payload, owner_task=owner_task, owner_item=owner_item,
-                          owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by)
+    intent = effect_prepare(action=action, payload=payload, owner_task=owner_task, owner_item=owner_item,
+                            owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by)
+    with transaction.atomic():
+        effect, blocked = intent_record(intent, fence)
+    return effect_call(intent, effect, blocked, fence=fence, channel=channel, then=then)
 
-    crash_point("before_intent")
-    # --- phase 1: the intent -------------------------------------------------
-    effect, blocked = _phase_intent(intent, fence)
+
+def effect_call(intent: Intent, effect: Effect, blocked: str = "", *, fence: Callable[[], None] | None = None,
+                channel: Channel | None = None, then: Callable[[Effect], None] | None = None) -> GateResult:
+    """After phase 1 has committed (`intent_record`, in the gate's transaction or
+    the caller's): the call and phase 2. A blocked intent is answered as it is."""
     if blocked:
         return GateResult(effect=effect, state=effect.state, blocked=blocked)
     crash_point("after_intent")
 
     # --- the call: no transaction is open here ---------------------------------
-    result = channel.perform(spec, payload, intent.key)
+    result = (channel or get_channel(intent.spec.channel)).perform(intent.spec, intent.payload, intent.key)
     crash_point("after_call")
 
     # --- phase 2: the outcome, fenced by the lease token -------------------------
     ours = _phase_outcome(effect, intent, result, fence, then)
     crash_point("after_commit")
     return GateResult(effect=effect, state=effect.state, called=True, blocked="" if ours else "fenced")
+
+
+def intent_record(intent: Intent, fence: Callable[[], None] | None = None) -> tuple[Effect, str]:
+    """Phase 1, inside the caller's transaction: the fence, then the `intent`
+    row with its transition -- or the row that holds the key or the slot
+    (retried, or a blocked duplicate / conflict). The call may only be made
+    once that transaction has committed (`effect_call`). A caller whose own
+    write in the same transaction already checked its fence (a step's
+    recovery point: "chained intents") passes no fence."""
+    crash_point("before_intent")
+    if fence is not None:
+        fence()
+    # The common case first: a new key and a new slot, one INSERT … ON
+    # CONFLICT DO NOTHING: no look-up, no savepoint, and a refusal does not
+    # abort the transaction. Under PostgreSQL a concurrent uncommitted insert
+    # of the same key or slot makes it wait: it inserts nothing once that row
+    # commits, and goes through if it rolls back.
+    effect = _insert_intent(intent, timezone.now())
+    if effect is None:
+        return _phase_intent_general(intent)
+    record_transition(effect, "", "EFFECT_INTENT", actor=intent.lease_token, note=effect.payload_summary)
+    return effect, ""
 
 
 def _phase_outcome(effect: Effect, intent: Intent, result, fence, then) -> bool:
@@ -224,34 +262,29 @@ def _by_slot(slot: str) -> Q:
     return Q(slot=slot, effect_class__in=SLOTTED_CLASSES)
 
 
-def _phase_intent(intent: Intent, fence) -> tuple[Effect, str]:
-    # The common case first: a new key and a new slot. One INSERT, no look-up
-    # and no savepoint; the unique indexes are the check. If they refuse, the
-    # transaction is gone, and the general path below (look-up, retry,
-    # blocked duplicate or conflict) runs in a new one. Under PostgreSQL a
-    # concurrent uncommitted insert of the same key or slot makes this INSERT
-    # wait: it fails once that row commits, and goes through if it rolls back.
-    try:
-        with transaction.atomic():
-            if fence is not None:
-                fence()
-            effect = _insert_intent(intent, timezone.now())
-            record_transition(effect, "", "EFFECT_INTENT", actor=intent.lease_token, note=effect.payload_summary)
-            return effect, ""
-    except IntegrityError as exc:
-        refused = exc
-    return _phase_intent_general(intent, fence, refused)
-
-
-def _insert_intent(intent: Intent, now) -> Effect:
+def _insert_intent(intent: Intent, now) -> Effect | None:
+    """The new row, or None when a unique index refused it (its key or its slot is taken)."""
     spec = intent.spec
-    return Effect.objects.create(
+    effect = Effect(
         idempotency_key=intent.key, slot=intent.slot, action=spec.name, effect_class=spec.effect_class,
         channel=spec.channel, state=EffectState.INTENT, attempts=1, owner_task=intent.owner_task,
         owner_item=intent.owner_item, owner_step=intent.owner_step, lease_token=intent.lease_token,
         payload=intent.payload, payload_hash=intent.p_hash, payload_summary=summarize(intent.payload),
         authorized_by=intent.authorized_by, intent_at=now,
     )
+    fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
+    values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]
+    quote = connection.ops.quote_name
+    sql = (f"INSERT INTO {quote(Effect._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+           f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING RETURNING {quote('id')}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    effect.pk = row[0]
+    effect._state.adding, effect._state.db = False, connection.alias
+    return effect
 
 
 def _retry(existing: Effect, intent: Intent, now) -> Effect:
@@ -270,9 +303,10 @@ def _retry(existing: Effect, intent: Intent, now) -> Effect:
     return existing
 
 
-def _phase_intent_general(intent: Intent, fence, refused: IntegrityError) -> tuple[Effect, str]:
+def _phase_intent_general(intent: Intent) -> tuple[Effect, str]:
     """The fast path's INSERT was refused: find the row that holds the key or
-    the slot, and retry it, or block this intent as a duplicate or conflict.
+    the slot, and retry it, or block this intent as a duplicate or conflict
+    (in the same transaction: the refusal did not abort it).
 
     That row is always there. A unique index refuses an INSERT only for a
     committed row (PostgreSQL, READ COMMITTED: an INSERT that meets an
@@ -283,21 +317,18 @@ def _phase_intent_general(intent: Intent, fence, refused: IntegrityError) -> tup
     "insert again" here: if neither look-up finds a row, the refusal came
     from something the gate does not know, and it is raised, never hidden
     (docs/testing.md)."""
-    with transaction.atomic():
-        if fence is not None:
-            fence()
-        existing = Effect.objects.select_for_update().filter(idempotency_key=intent.key).first()
-        if existing is not None:
-            if _retriable(existing):
-                return _retry(existing, intent, timezone.now()), ""
-            _record_blocked(existing, BlockedDuplicate.Kind.DUPLICATE, intent)
-            return existing, BlockedDuplicate.Kind.DUPLICATE
-        if intent.slot is not None:
-            existing = Effect.objects.select_for_update().filter(_by_slot(intent.slot)).first()
-        if existing is None:
-            raise IntegrityError(f"the ledger refused the intent {intent.key} but holds no row with its key "
-                                 f"or slot: {refused}") from refused
-        # Same slot, other payload: a regenerated decision must not become a
-        # second action. Blocked and shown, whatever the state.
-        _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, intent)
-        return existing, BlockedDuplicate.Kind.CONFLICT
+    existing = Effect.objects.select_for_update().filter(idempotency_key=intent.key).first()
+    if existing is not None:
+        if _retriable(existing):
+            return _retry(existing, intent, timezone.now()), ""
+        _record_blocked(existing, BlockedDuplicate.Kind.DUPLICATE, intent)
+        return existing, BlockedDuplicate.Kind.DUPLICATE
+    if intent.slot is not None:
+        existing = Effect.objects.select_for_update().filter(_by_slot(intent.slot)).first()
+    if existing is None:
+        raise IntegrityError(f"the ledger refused the intent {intent.key} but holds no row with its key "
+                             "or slot")
+    # Same slot, other payload: a regenerated decision must not become a
+    # second action. Blocked and shown, whatever the state.
+    _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, intent)
+    return existing, BlockedDuplicate.Kind.CONFLICT

@@ -136,6 +136,19 @@ class ItemRun:
     # effect steps the decision did not choose, not yet recorded: they are
     # written (STEP_SKIPPED) with the next recovery point
     pending: list = field(default_factory=list)
+    # (Intent, Effect, blocked): the next effect's intent, committed with the
+    # last recovery point (chained intents); its call is still to be made
+    chained: tuple | None = None
+    # (Task, Item) locked by `lock_run` in the current transaction
+    locked: tuple | None = None
+    finished: bool = False  # the item's end was recorded with its last effect's outcome
+
+
+def lock_run(run: ItemRun) -> None:
+    """Inside a transaction: `lock_held` (task, then item) for a phase that may
+    end the item; the task's status read as `hold` reads it."""
+    run.locked = lock_held(run.item.pk, run.token)
+    run.task_status = run.locked[0].status
 
 
 def hold(run: ItemRun) -> None:

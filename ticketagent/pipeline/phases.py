@@ -10,6 +10,7 @@ is written in the gate's phase 2, with the effect's outcome.
 from django.db import transaction
 from django.utils import timezone
 
+from ledger.gate import Intent, canonical_json, intent_record
 from ticketagent.eventlog.append import blobs_put, event_append, events_append
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.schemas import SCHEMA_VERSION
@@ -137,33 +138,53 @@ def phase_done(run: ItemRun):
     with transaction.atomic():
         task, item = lock_held(run.item.pk, run.token)
         _record_pending(run)
-        release(item, ItemStatus.DONE)
-        item.last_error = ""
-        item.save()
         event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_DONE)
-        task.consecutive_failures = 0
-        task.last_success_item = item
-        task.save(update_fields=["consecutive_failures", "last_success_item", "updated_at"])
-        task_maybe_finish(task)
+        item_done_locked(task, item)
 
 
-def record_steps(run: ItemRun, steps, tool_calls=()) -> tuple[int, dict]:
+def item_done_locked(task: Task, item: Item) -> None:
+    """Inside a transaction holding task and item (`lock_held`): the item is
+    done (its ITEM_DONE event written by the caller), the task's counters move."""
+    release(item, ItemStatus.DONE)
+    item.last_error = ""
+    item.save()
+    task.consecutive_failures = 0
+    task.last_success_item = item
+    task.save(update_fields=["consecutive_failures", "last_success_item", "updated_at"])
+    task_maybe_finish(task)
+
+
+# A step's output up to this size (as JSON) is carried by its event; a bigger
+# one is stored once as a blob and referenced (one INSERT more).
+INLINE_OUTPUT_CHARS = 2000
+
+
+def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=()) -> tuple[int, dict]:
     """Inside a phase holding the item: persist step outputs and advance the
-    cursor, one event each. Returns the new (cursor, outputs)."""
+    cursor, one event each (the tool calls belong to `tool_step`, by default
+    the last step; `extra` events follow in the same INSERT). Returns the new
+    (cursor, outputs)."""
     task_id, item_id = run.item.task_id, run.item.pk
     outputs, cursor = dict(run.outputs), run.cursor
-    refs = blobs_put([output for _, output in steps])
-    events = []
-    for n, ((step, output), ref) in enumerate(zip(steps, refs, strict=True), 1):
+    tool_step = tool_step or steps[-1][0]
+    events, big = [], []
+    for step, output in steps:
         outputs[step] = output
         cursor += 1
-        for call in tool_calls if n == len(steps) else ():  # the tool calls belong to the last step
+        for call in tool_calls if step == tool_step else ():
             events.append(Event(task_id=task_id, item_id=item_id, type=EventType.TOOL_CALL,
                                 payload={"step": step, **call}))
         kind = EventType.STEP_SKIPPED if not_chosen(output) else EventType.STEP_DONE
-        events.append(Event(task_id=task_id, item_id=item_id, type=kind,
-                            payload={"step": step, "cursor": cursor, "output_ref": ref}))
-    events_append(events)
+        payload = {"step": step, "cursor": cursor}
+        if len(canonical_json(output)) <= INLINE_OUTPUT_CHARS:
+            payload["output"] = output
+        else:
+            big.append((payload, output))
+        events.append(Event(task_id=task_id, item_id=item_id, type=kind, payload=payload))
+    if big:
+        for (payload, _), ref in zip(big, blobs_put([output for _, output in big]), strict=True):
+            payload["output_ref"] = ref
+    events_append([*events, *extra])
     # No read first: the checkpoint is ours, and the cursor we know is the
     # condition (anything else moved it: stop).
     moved = Checkpoint.objects.filter(item_id=item_id, cursor=run.cursor).update(
@@ -190,13 +211,18 @@ def stop_if_task_stopped(run: ItemRun) -> bool:
     return True
 
 
-def phase_step_done(run: ItemRun, step: str, output, tool_calls=()) -> bool:
-    """Persist a step's output (after the unchosen steps before it) and advance
-    the cursor. False when the task stopped (paused, suspended, cancelled) and
-    the item was handed back."""
+def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(), chain: Intent | None = None
+                    ) -> bool:
+    """Persist a step's output (after the unchosen steps before it, and before
+    the `skipped` ones that follow it) and advance the cursor. With `chain`,
+    the next effect's intent commits in the same transaction (its fence is
+    this phase's: the item is locked, the lease checked). False when the task
+    stopped (paused, suspended, cancelled) and the item was handed back."""
     with transaction.atomic():
         hold(run)
-        cursor, outputs = record_steps(run, [*run.pending, (step, output)], tool_calls)
+        cursor, outputs = record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step)
         stopped = stop_if_task_stopped(run)
+        if chain is not None and not stopped:
+            run.chained = (chain, *intent_record(chain))
     run.cursor, run.outputs, run.pending = cursor, outputs, []
     return not stopped
