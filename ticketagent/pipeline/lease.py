@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import close_old_connections, connection
+from django.db.models import Subquery
 from django.utils import timezone
 
 from ledger.gate import Fenced
@@ -80,6 +81,17 @@ def task_of_item(item_id: int, *, fresh: bool = False) -> int | None:
                 _TASK_OF_ITEM.clear()
             _TASK_OF_ITEM[item_id] = task_id
     return task_id
+
+
+def task_of_item_locked(item_id: int) -> Task | None:
+    """Inside a transaction: the item's task, locked, in one statement (and remembered for the phases)."""
+    of_item = Subquery(Item.objects.filter(pk=item_id).values("task_id"))
+    task = Task.objects.select_for_update().filter(pk=of_item).first()
+    if task is not None:
+        if len(_TASK_OF_ITEM) > 10_000:
+            _TASK_OF_ITEM.clear()
+        _TASK_OF_ITEM[item_id] = task.pk
+    return task
 
 
 def lock_held(item_id: int, token: str) -> tuple[Task, Item]:

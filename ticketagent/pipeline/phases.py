@@ -7,7 +7,7 @@ commits meanwhile is seen at the next step. An effect step's recovery point
 is written in the gate's phase 2, with the effect's outcome.
 """
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger.gate import Intent, canonical_json, intent_record
@@ -18,25 +18,23 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventTyp
 from ticketagent.pipeline.lease import (
     ItemRun,
     LeaseLost,
-    hold,
     item_take_over,
     lease_deadline,
     lock_held,
     release,
-    task_of_item,
+    task_of_item_locked,
     worker_name,
 )
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
-from ticketagent.services.tasks import task_locked, task_maybe_finish
+from ticketagent.services.tasks import task_maybe_finish
 
 
 def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
     now = timezone.now()
     with transaction.atomic():
-        task_id = task_of_item(item_id, fresh=True)  # looked up at each lease; the phases reuse it
-        if task_id is None:
+        task = task_of_item_locked(item_id)  # looked up at each lease; the phases reuse it
+        if task is None:
             return "item does not exist", None, None
-        task = task_locked(task_id)
         # the item (locked) and its checkpoint (read) in one statement
         item = Item.objects.select_for_update(of=("self",)).select_related("checkpoint").order_by().get(pk=item_id)
         item.task = task
@@ -154,16 +152,30 @@ def item_done_locked(task: Task, item: Item) -> None:
     task_maybe_finish(task)
 
 
+def item_done_fenced(task: Task, item_id: int) -> None:
+    """`item_done_locked` for a phase that locked the task (`task`) and then
+    the item through its fenced checkpoint update: the item's and the task's
+    rows updated as they are, not read first."""
+    now = timezone.now()
+    Item.objects.filter(pk=item_id).update(status=ItemStatus.DONE, lease_token="", lease_owner="",
+                                           lease_expires_at=None, finished_at=now, last_error="", updated_at=now)
+    Task.objects.filter(pk=task.pk).update(consecutive_failures=0, last_success_item_id=item_id, updated_at=now)
+    task.consecutive_failures, task.last_success_item_id = 0, item_id
+    task_maybe_finish(task)
+
+
 # A step's output up to this size (as JSON) is carried by its event; a bigger
 # one is stored once as a blob and referenced (one INSERT more).
 INLINE_OUTPUT_CHARS = 2000
 
 
-def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=()) -> tuple[int, dict]:
-    """Inside a phase holding the item: persist step outputs and advance the
-    cursor, one event each (the tool calls belong to `tool_step`, by default
-    the last step; `extra` events follow in the same INSERT). Returns the new
-    (cursor, outputs)."""
+def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=(), fenced=False
+                 ) -> tuple[int, dict]:
+    """Inside a phase holding the item (or, `fenced`, a phase whose checkpoint
+    update is its fence): persist step outputs and advance the cursor, one
+    event each (the tool calls belong to `tool_step`, by default the last
+    step; `extra` events follow in the same INSERT). Returns the new (cursor,
+    outputs)."""
     task_id, item_id = run.item.task_id, run.item.pk
     outputs, cursor = dict(run.outputs), run.cursor
     tool_step = tool_step or steps[-1][0]
@@ -184,6 +196,9 @@ def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", ext
     if big:
         for (payload, _), ref in zip(big, blobs_put([output for _, output in big]), strict=True):
             payload["output_ref"] = ref
+    if fenced:
+        checkpoint_advance_fenced(run, cursor, outputs, [*events, *extra])
+        return cursor, outputs
     events_append([*events, *extra])
     # No read first: the checkpoint is ours, and the cursor we know is the
     # condition (anything else moved it: stop).
@@ -192,6 +207,55 @@ def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", ext
     if moved != 1:
         raise LeaseLost(f"item {item_id}: its checkpoint is not at cursor {run.cursor}")
     return cursor, outputs
+
+
+def checkpoint_advance_fenced(run: ItemRun, cursor: int, outputs: dict, events: list[Event]) -> None:
+    """The fence, the checkpoint and the events in one statement on PostgreSQL
+    (two elsewhere): move the checkpoint from the cursor we know, on the
+    condition that this worker still holds the item's lease -- the item row
+    locked (FOR UPDATE, as `hold` does) -- append the events if it moved, and
+    read the task's status (as `hold` does). Raises LeaseLost otherwise."""
+    quote = connection.ops.quote_name
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    now = timezone.now()
+    prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
+    advance = (f"UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "
+               f"WHERE item_id = %s AND cursor = %s AND EXISTS (SELECT 1 FROM {quote(Item._meta.db_table)} "
+               f"WHERE id = %s AND lease_token = %s AND status = %s{lock}) RETURNING 1")
+    params = [cursor, prep["step_outputs"].get_db_prep_save(outputs, connection),
+              prep["updated_at"].get_db_prep_save(now, connection), run.item.pk, run.cursor,
+              run.item.pk, run.token, ItemStatus.RUNNING]
+    status = f"SELECT status FROM {quote(Task._meta.db_table)} WHERE id = %s"
+    if connection.vendor == "postgresql" and events:
+        columns, rows = _event_rows(events, now)
+        sql = (f"WITH cp AS ({advance}), ev AS (INSERT INTO {quote(Event._meta.db_table)} ({columns}) "
+               f"SELECT * FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(events))}) AS v "
+               f"WHERE EXISTS (SELECT 1 FROM cp)) SELECT ({status}) FROM cp")
+        params = [*params, *rows, run.item.task_id]
+    else:
+        sql = f"{advance[:-len('RETURNING 1')]}RETURNING ({status})"
+        params = [*params, run.item.task_id]
+    with connection.cursor() as db:
+        db.execute(sql, params)
+        row = db.fetchone()
+    if row is None:
+        raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over, or its checkpoint is not at "
+                        f"cursor {run.cursor}")
+    run.task_status = row[0]
+    if events and connection.vendor != "postgresql":
+        events_append(events)
+
+
+def _event_rows(events: list[Event], now) -> tuple[str, list]:
+    """The columns and values of `events` for an INSERT … SELECT (the ids, and so the log's order, follow the list)."""
+    quote = connection.ops.quote_name
+    names = ("task_id", "item_id", "type", "payload", "actor", "timestamp")
+    fields = [Event._meta.get_field(n) for n in names]
+    values = []
+    for event in events:
+        event.timestamp = now
+        values += [f.get_db_prep_save(getattr(event, f.attname), connection) for f in fields]
+    return ", ".join(quote(f.column) for f in fields), values
 
 
 def stop_if_task_stopped(run: ItemRun) -> bool:
@@ -219,8 +283,8 @@ def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(
     this phase's: the item is locked, the lease checked). False when the task
     stopped (paused, suspended, cancelled) and the item was handed back."""
     with transaction.atomic():
-        hold(run)
-        cursor, outputs = record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step)
+        cursor, outputs = record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step,
+                                       fenced=True)
         stopped = stop_if_task_stopped(run)
         if chain is not None and not stopped:
             run.chained = (chain, *intent_record(chain))

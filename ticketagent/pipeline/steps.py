@@ -12,9 +12,10 @@ from ledger.models import Effect, EffectState
 from ticketagent.llm.schemas import Decision, Reply, Triage
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseLost, hold, lock_run
-from ticketagent.pipeline.phases import item_done_locked, phase_fail, phase_wait, record_steps, stop_if_task_stopped
+from ticketagent.pipeline.phases import item_done_fenced, phase_fail, phase_wait, record_steps, stop_if_task_stopped
 from ticketagent.pipeline.tools import item_tools
 from ticketagent.plan import NOT_CHOSEN, STEP_NAMES, STEPS, effect_action, effect_payload
+from ticketagent.services.tasks import task_locked
 
 
 def item_ticket(item: Item) -> dict:
@@ -143,10 +144,8 @@ def run_effect_step(step, run: ItemRun, task: Task):
         with transaction.atomic():
             effect, blocked = intent_record(intent, fence=lambda: hold(run))
     skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)
-    then = _with_outcome(run, task, step, skipped, after)
-    # the last effect step may end the item: it locks the task first (the lock order everywhere)
-    result = effect_call(intent, effect, blocked, then=then,
-                         fence=(lambda: lock_run(run)) if after is None else (lambda: hold(run)))
+    fence, then = _with_outcome(run, task, step, effect, skipped, after)
+    result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence)
     if result.blocked == "fenced":
         raise LeaseLost(f"item {run.item.pk}: fenced while calling {step}")
     if then.recorded:
@@ -154,31 +153,46 @@ def run_effect_step(step, run: ItemRun, task: Task):
     return _gate_answer(step, run, result)
 
 
-def _with_outcome(run: ItemRun, task: Task, step: str, skipped: list, after: int | None):
-    """Phase 2's `then`, inside its transaction with the item locked: the step's
-    recovery point (and the unchosen steps after it) commits with the effect's
-    outcome; with it the item's end when no step is left, else the next
-    effect's intent (chained)."""
+def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None):
+    """Phase 2's fence and `then`. When the call committed, the fence is the
+    step's recovery point (and the unchosen steps after it): the checkpoint
+    moves on the condition of the lease, which locks the item (one statement
+    with its events); with it the item's end when no step is left (the task
+    locked first: the lock order everywhere), else the next effect's intent
+    (chained). Any other outcome records no step: the fence only holds the
+    item (and the task, for the last step, whose failure or wait follows)."""
     next_intent = chain_intent(run, task, after, run.outputs)
+    done = []
+
+    def fence(result) -> None:
+        if result.state != EffectState.COMMITTED:
+            lock_run(run) if after is None else hold(run)
+            return
+        extra = []
+        if after is None:
+            locked = task_locked(task.pk)
+            if locked.status in ACTIVE_TASK_STATUSES:
+                done.append(locked)
+                extra.append(Event(task_id=task.pk, item_id=run.item.pk, type=EventType.ITEM_DONE))
+        summary = {"effect_id": effect.pk, "key": effect.idempotency_key, "state": result.state,
+                   "external_ref": result.external_ref[:200]}
+        then.recorded = record_steps(run, [*run.pending, (step, summary), *skipped], extra=extra, fenced=True)
 
     def then(effect: Effect) -> None:
-        if effect.state != EffectState.COMMITTED:
+        if not then.recorded:
             return
-        steps = [*run.pending, (step, _effect_summary(effect)), *skipped]
-        done = after is None and run.task_status in ACTIVE_TASK_STATUSES
-        extra = [Event(task_id=task.pk, item_id=run.item.pk, type=EventType.ITEM_DONE)] if done else []
-        run.cursor, run.outputs = record_steps(run, steps, extra=extra)
-        run.pending, then.recorded = [], True
+        run.cursor, run.outputs = then.recorded
+        run.pending = []
         if done:
-            item_done_locked(*run.locked)
+            item_done_fenced(done[0], run.item.pk)
             run.finished = True
             return
         run.stopped = stop_if_task_stopped(run)
         if next_intent is not None and not run.stopped:
             run.chained = (next_intent, *intent_record(next_intent))
 
-    then.recorded = False
-    return then
+    then.recorded = None
+    return fence, then
 
 
 def _gate_answer(step: str, run: ItemRun, result):
