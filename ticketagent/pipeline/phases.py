@@ -155,13 +155,32 @@ def item_done_locked(task: Task, item: Item) -> None:
 def item_done_fenced(task: Task, item_id: int) -> None:
     """`item_done_locked` for a phase that locked the task (`task`) and then
     the item through its fenced checkpoint update: the item's and the task's
-    rows updated as they are, not read first."""
+    rows updated as they are, not read first -- on PostgreSQL in one
+    statement that also asks whether another item of the task is still to
+    run (nearly always: then the task cannot finish yet)."""
     now = timezone.now()
-    Item.objects.filter(pk=item_id).update(status=ItemStatus.DONE, lease_token="", lease_owner="",
-                                           lease_expires_at=None, finished_at=now, last_error="", updated_at=now)
-    Task.objects.filter(pk=task.pk).update(consecutive_failures=0, last_success_item_id=item_id, updated_at=now)
     task.consecutive_failures, task.last_success_item_id = 0, item_id
-    task_maybe_finish(task)
+    if connection.vendor != "postgresql":
+        Item.objects.filter(pk=item_id).update(status=ItemStatus.DONE, lease_token="", lease_owner="",
+                                               lease_expires_at=None, finished_at=now, last_error="", updated_at=now)
+        Task.objects.filter(pk=task.pk).update(consecutive_failures=0, last_success_item_id=item_id, updated_at=now)
+        task_maybe_finish(task)
+        return
+    items, tasks = (connection.ops.quote_name(m._meta.db_table) for m in (Item, Task))
+    sql = (f"WITH i AS (UPDATE {items} SET status = %s, lease_token = '', lease_owner = '', lease_expires_at = NULL, "
+           f"finished_at = %s, last_error = '', updated_at = %s WHERE id = %s RETURNING id), "
+           f"t AS (UPDATE {tasks} SET consecutive_failures = 0, last_success_item_id = %s, updated_at = %s "
+           f"WHERE id = %s RETURNING id) "
+           f"SELECT (SELECT count(*) FROM i) + (SELECT count(*) FROM t), EXISTS (SELECT 1 FROM {items} "
+           f"WHERE task_id = %s AND status IN (%s, %s) AND id <> %s)")
+    with connection.cursor() as db:
+        db.execute(sql, [ItemStatus.DONE, now, now, item_id, item_id, now, task.pk,
+                         task.pk, ItemStatus.QUEUED, ItemStatus.RUNNING, item_id])
+        written, others = db.fetchone()
+    if written != 2:
+        raise LeaseLost(f"item {item_id}: its row or its task's is gone")
+    if not others:  # the task's last item: finish it as any other end does
+        task_maybe_finish(task)
 
 
 # A step's output up to this size (as JSON) is carried by its event; a bigger
