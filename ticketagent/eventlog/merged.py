@@ -42,7 +42,8 @@ def task_transitions(task_id: int, chunk: int = 5000) -> Iterator[tuple]:
     quote = connection.ops.quote_name
     sql = (f"SELECT t.id, t.at, t.event, CAST(t.snapshot AS TEXT), t.from_state, t.note, t.actor, e.owner_item "
            f"FROM {quote(EffectTransition._meta.db_table)} t JOIN {quote(Effect._meta.db_table)} e "
-           f"ON e.id = t.effect_id WHERE e.owner_task = %s AND t.id > %s ORDER BY t.id LIMIT %s")
+           f"ON e.id = t.effect_id WHERE e.owner_task = %s AND t.id > %s AND CAST(t.snapshot AS TEXT) <> '{{}}' "
+           f"ORDER BY t.id LIMIT %s")
     last_id = 0
     while True:
         with connection.cursor() as cursor:
@@ -52,9 +53,7 @@ def task_transitions(task_id: int, chunk: int = 5000) -> Iterator[tuple]:
             return
         last_id = rows[-1][0]
         for tid, at, event, snapshot, from_state, note, actor, owner_item in rows:
-            snapshot = _decode(snapshot)[0]
-            if not snapshot:
-                continue  # an old row: its change was copied into the events
+            snapshot = _decode(snapshot)[0]  # (an old row, with none, was copied into the events: not read)
             at = when(at)
             yield at, tid, {"type": event, "payload": transition_payload(snapshot, from_state, note),
                             "item": int(owner_item), "actor": actor, "timestamp": at}
