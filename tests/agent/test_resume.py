@@ -3,7 +3,7 @@
 import pytest
 from django.db.models import Count
 
-from ledger.models import Effect, EffectState
+from ledger.models import Effect, EffectState, EffectTransition
 from ticketagent.eventlog.replay import task_replay_diff
 from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, TaskStatus
 from ticketagent.services import ServiceError
@@ -34,7 +34,8 @@ def test_a_suspended_task_resumes_and_the_dry_run_matches_what_ran(workers, sand
     model_steps = set(Event.objects.filter(task=task, type=EventType.STEP_DONE, payload__step="triage")
                       .values_list("item_id", flat=True))
     assert model_steps == recompute | retry  # retry items ran triage before the suspension
-    assert set(Event.objects.filter(task=task, type=EventType.EFFECT_RETRY).values_list("item_id", flat=True)) == retry
+    retried = EffectTransition.objects.filter(effect__owner_task=str(task.pk), event="EFFECT_RETRY")
+    assert {int(owner) for owner in retried.values_list("effect__owner_item", flat=True)} == retry
     assert Effect.objects.filter(owner_task=str(task.pk), action="save_draft", attempts=2).count() == 2
     assert sandbox.counts()["duplicates"] == 0
     assert task_replay_diff(task.pk) == []

@@ -15,7 +15,7 @@ event carries the operator's name, not "recovery").
 import pytest
 from playwright.sync_api import expect
 
-from ledger.models import Effect, EffectState
+from ledger.models import Effect, EffectState, EffectTransition
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.services.upload import task_upload
 
@@ -72,7 +72,7 @@ def test_an_unknown_effect_is_reconciled_with_one_click(page, live_server, worke
     assert task_item(effect).status == ItemStatus.DONE
     counts = sandbox.counts()
     assert counts["by_endpoint"]["notify"] == 3 and counts["duplicates"] == 0, counts
-    assert Event.objects.filter(type=EventType.EFFECT_RECONCILED, actor="alice").count() == 1
+    assert EffectTransition.objects.filter(event=EventType.EFFECT_RECONCILED, actor="alice").count() == 1
     assert_no_alerts(page)
 
 
@@ -122,8 +122,8 @@ def test_an_unknown_email_is_decided_by_hand_and_its_item_completes(page, live_s
     assert task.status == TaskStatus.COMPLETED
     item = task_item(effect)
     assert item.status == ItemStatus.DONE
-    reviewed = Event.objects.get(type=EventType.REVIEWED, item=item)
-    assert reviewed.actor == "alice" and "mailbox" in reviewed.payload["note"]
+    reviewed = EffectTransition.objects.get(event=EventType.REVIEWED, effect__owner_item=item.ref)
+    assert reviewed.actor == "alice" and "mailbox" in reviewed.note
     assert Event.objects.filter(type=EventType.ITEM_REQUEUED, item=item, actor="alice").exists(), \
         "the decision itself let the item continue"
     counts = sandbox.counts()

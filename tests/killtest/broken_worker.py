@@ -2,9 +2,10 @@
 
     python -m tests.killtest.broken_worker no-intent|commit-before-call
 
-The same as `manage.py worker`, with the pipeline's `effect_run` swapped for
-one of the gates in tests/killtest/broken_gates.py: the harness must report
-the failure. The product carries no such gate.
+The same as `manage.py worker`, with the pipeline's gate (`intent_record`,
+`effect_call`, no chained intents) swapped for one of the gates in
+tests/killtest/broken_gates.py: the harness must report the failure. The
+product carries no such gate.
 """
 
 import argparse
@@ -23,9 +24,19 @@ def main(argv: list[str]) -> int:
     from django.core.management import call_command
 
     from tests.killtest.broken_gates import GATES
-    from ticketagent.pipeline import steps
+    from ticketagent.pipeline import run, steps
 
-    steps.effect_run = GATES[args.gate]
+    gate = GATES[args.gate]
+
+    def broken_call(intent, effect, blocked="", **kwargs):
+        return gate(action=intent.spec.name, payload=intent.payload, owner_task=intent.owner_task,
+                    owner_item=intent.owner_item, owner_step=intent.owner_step, lease_token=intent.lease_token)
+
+    # every effect through the broken gate: no intent chained with a recovery
+    # point, phase 1 left to the broken gate, the call and its record too
+    steps.chain_intent = run.chain_intent = lambda *args, **kwargs: None
+    steps.intent_record = lambda intent, fence=None: (None, "")
+    steps.effect_call = broken_call
     call_command("worker")
     return 0
 

@@ -120,12 +120,11 @@ class TestARefusalWithNoRowToShow:
     @pytest.mark.parametrize("action", ["notify_customer", "save_draft"], ids=["slotted", "no-slot"])
     def test_is_raised_and_nothing_is_attempted(self, sandbox, monkeypatch, action):
         def refused(intent, now):
-            raise IntegrityError("violates a constraint the gate does not know")
+            return None  # ON CONFLICT DO NOTHING inserted nothing, as for a constraint the gate does not know
 
         monkeypatch.setattr(gate, "_insert_intent", refused)
-        with pytest.raises(IntegrityError, match="holds no row with its key or slot") as raised:
+        with pytest.raises(IntegrityError, match="holds no row with its key or slot"):
             run_notify(action=action, step=action)
-        assert "a constraint the gate does not know" in str(raised.value.__cause__)
         assert Effect.objects.count() == 0 and EffectTransition.objects.count() == 0
         assert BlockedDuplicate.objects.count() == 0
         assert sandbox.counts()["requests"] == 0

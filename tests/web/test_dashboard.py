@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
 
-from ledger.models import Effect, EffectState
+from ledger.models import Effect, EffectState, EffectTransition
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.services.resume import task_resume
 
@@ -227,16 +227,18 @@ class TestActionsWithHtmx:
         no_js = client.post(url, {"verdict": "happened", "reason": ""})
         assert no_js.status_code == 409 and b"a reason is required" in no_js.content and b"<html" in no_js.content
 
-    def test_a_decision_is_an_event_with_the_user_and_the_reason(self, client, alice, unknown_effect):
+    def test_a_decision_is_a_transition_with_the_user_and_the_reason(self, client, alice, unknown_effect):
         effect = unknown_effect()
         client.force_login(alice)
         body = client.post(reverse("effect-review", args=[effect.pk]),
                            {"verdict": "not_happened", "reason": "not in the customer's inbox"},
                            headers=HTMX).content.decode()
         assert "did not happen — retry" in body and "by alice" in body
-        event = Event.objects.get(type=EventType.REVIEWED)
-        assert event.actor == "alice" and "not in the customer's inbox" in event.payload["note"]
-        assert event.item_id == int(effect.owner_item)
+        # its one record is the ledger's transition, merged into the task's log
+        transition = EffectTransition.objects.get(event=EventType.REVIEWED)
+        assert transition.actor == "alice" and "not in the customer's inbox" in transition.note
+        assert transition.snapshot["verdict"] == "not_happened" and transition.effect_id == effect.pk
+        assert not Event.objects.filter(type=EventType.REVIEWED).exists()
 
     def test_reconcile_now_asks_the_channel(self, client, alice, unknown_effect):
         effect = unknown_effect()
@@ -245,7 +247,7 @@ class TestActionsWithHtmx:
         effect.refresh_from_db()
         assert effect.state == EffectState.COMMITTED and effect.resolved_by == "reconcile"
         assert 'data-state="committed"' in body and "reconcile" in body
-        assert Event.objects.filter(type=EventType.EFFECT_RECONCILED, actor="alice").exists()
+        assert EffectTransition.objects.filter(event=EventType.EFFECT_RECONCILED, actor="alice").exists()
 
     def test_reconcile_on_a_channel_without_look_up_is_refused_inline(self, client, alice, unknown_effect):
         effect = unknown_effect(channel="email")

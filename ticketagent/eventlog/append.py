@@ -33,23 +33,3 @@ def blobs_put(contents: list) -> list[str]:
 def blob_put(content) -> str:
     """Store a (possibly big) JSON value once; return its reference."""
     return blobs_put([content])[0]
-
-
-def effect_snapshot(effect) -> dict:
-    """What an effect event carries: enough to rebuild the ledger row."""
-    return {
-        "effect_id": effect.pk,
-        "key": effect.idempotency_key,
-        "slot": effect.slot,
-        "action": effect.action,
-        "effect_class": effect.effect_class,
-        "channel": effect.channel,
-        "state": effect.state,
-        "attempts": effect.attempts,
-        "step": effect.owner_step,
-        "payload_hash": effect.payload_hash,
-        "external_ref": effect.external_ref,
-        "resolved_by": effect.resolved_by,
-        "verdict": effect.verdict,
-        "reviewed_by": effect.reviewed_by,
-    }

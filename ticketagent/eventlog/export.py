@@ -39,3 +39,9 @@ def iso_utc(value: dt.datetime) -> str:
 def event_line(event) -> dict:
     return {"timestamp": iso_utc(event.timestamp), "type": event.type, "payload": export_safe(event.payload),
             "item": event.item_id, "actor": export_safe(event.actor)}
+
+
+def transition_line(line: dict) -> dict:
+    """An effect's transition (`merged.task_transitions`) as an export line."""
+    return {"timestamp": iso_utc(line["timestamp"]), "type": line["type"], "payload": export_safe(line["payload"]),
+            "item": line["item"], "actor": export_safe(line["actor"])}

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from django.db import connection
 
 from ledger.models import BlockedDuplicate, Effect
+from ticketagent.eventlog.merged import merge, task_transitions, when
 from ticketagent.models import Blob, Checkpoint, Event
 
 EFFECT_FIELDS = ("key", "slot", "action", "effect_class", "channel", "state", "attempts", "step", "payload_hash",
@@ -30,7 +31,12 @@ def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).con
                                  "step_outputs": {}, "retry_count": 0}
         elif kind in STEP_EVENTS:
             cp = checkpoints[item]
-            output = event["output"] if "output" in event else blob(payload["output_ref"])
+            if "output" in event:
+                output = event["output"]
+            elif "output" in payload:  # a small output, carried by the event itself
+                output = payload["output"]
+            else:
+                output = blob(payload["output_ref"])
             cp["step_outputs"] = {**cp["step_outputs"], payload["step"]: output}
             cp["cursor"] = payload["cursor"]
         elif kind == "RESUMED":
@@ -50,11 +56,17 @@ _decode = json.JSONDecoder().raw_decode
 
 
 def task_events(task_id: int, chunk: int = 5000) -> Iterable[dict]:
-    """The task's events in order, each STEP_DONE or STEP_SKIPPED carrying its output (one blob
-    query per chunk of events, not one per event). Read with plain SQL and
+    """The task's log in order (its events merged with its effects' transitions,
+    see `merged`), each STEP_DONE or STEP_SKIPPED carrying its output."""
+    return merge(_stored_events(task_id, chunk), task_transitions(task_id, chunk))
+
+
+def _stored_events(task_id: int, chunk: int) -> Iterable[tuple]:
+    """(timestamp, id, event) in id order, the outputs of the chunk's steps read
+    in one blob query per chunk, not one per event. Read with plain SQL and
     decoded here: the ORM's per-row conversion cost as much as the reading."""
     table, quote = Event._meta.db_table, connection.ops.quote_name
-    sql = (f"SELECT id, type, CAST(payload AS TEXT), item_id FROM {quote(table)} "
+    sql = (f"SELECT id, type, CAST(payload AS TEXT), item_id, {quote('timestamp')} FROM {quote(table)} "
            f"WHERE task_id = %s AND id > %s ORDER BY id LIMIT %s")
     last_id = 0
     while True:
@@ -64,14 +76,14 @@ def task_events(task_id: int, chunk: int = 5000) -> Iterable[dict]:
         if not rows:
             return
         last_id = rows[-1][0]
-        batch = [(kind, _decode(payload)[0], item) for _, kind, payload, item in rows]
-        refs = {p["output_ref"] for t, p, _ in batch if t in STEP_EVENTS}
+        batch = [(n, kind, _decode(payload)[0], item, at) for n, kind, payload, item, at in rows]
+        refs = {p["output_ref"] for _, t, p, _, _ in batch if t in STEP_EVENTS and "output_ref" in p}
         blobs = dict(Blob.objects.filter(sha256__in=refs).values_list("sha256", "content")) if refs else {}
-        for kind, payload, item in batch:
+        for n, kind, payload, item, at in batch:
             event = {"type": kind, "payload": payload, "item": item}
-            if kind in STEP_EVENTS:
+            if kind in STEP_EVENTS and "output_ref" in payload:
                 event["output"] = blobs[payload["output_ref"]]
-            yield event
+            yield when(at), n, event
 
 
 def tables_state(task_id: int) -> dict:

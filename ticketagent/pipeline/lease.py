@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import close_old_connections, connection
+from django.db.models import Subquery
 from django.utils import timezone
 
 from ledger.gate import Fenced
@@ -82,6 +83,17 @@ def task_of_item(item_id: int, *, fresh: bool = False) -> int | None:
     return task_id
 
 
+def task_of_item_locked(item_id: int) -> Task | None:
+    """Inside a transaction: the item's task, locked, in one statement (and remembered for the phases)."""
+    of_item = Subquery(Item.objects.filter(pk=item_id).values("task_id"))
+    task = Task.objects.select_for_update().filter(pk=of_item).first()
+    if task is not None:
+        if len(_TASK_OF_ITEM) > 10_000:
+            _TASK_OF_ITEM.clear()
+        _TASK_OF_ITEM[item_id] = task.pk
+    return task
+
+
 def lock_held(item_id: int, token: str) -> tuple[Task, Item]:
     """Inside a transaction: lock task and item, or raise LeaseLost."""
     task_id = task_of_item(item_id)
@@ -136,6 +148,19 @@ class ItemRun:
     # effect steps the decision did not choose, not yet recorded: they are
     # written (STEP_SKIPPED) with the next recovery point
     pending: list = field(default_factory=list)
+    # (Intent, Effect, blocked): the next effect's intent, committed with the
+    # last recovery point (chained intents); its call is still to be made
+    chained: tuple | None = None
+    # (Task, Item) locked by `lock_run` in the current transaction
+    locked: tuple | None = None
+    finished: bool = False  # the item's end was recorded with its last effect's outcome
+
+
+def lock_run(run: ItemRun) -> None:
+    """Inside a transaction: `lock_held` (task, then item) for a phase that may
+    end the item; the task's status read as `hold` reads it."""
+    run.locked = lock_held(run.item.pk, run.token)
+    run.task_status = run.locked[0].status
 
 
 def hold(run: ItemRun) -> None:

@@ -7,9 +7,10 @@ commits meanwhile is seen at the next step. An effect step's recovery point
 is written in the gate's phase 2, with the effect's outcome.
 """
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from ledger.gate import Intent, canonical_json, intent_record
 from ticketagent.eventlog.append import blobs_put, event_append, events_append
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.schemas import SCHEMA_VERSION
@@ -17,25 +18,23 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventTyp
 from ticketagent.pipeline.lease import (
     ItemRun,
     LeaseLost,
-    hold,
     item_take_over,
     lease_deadline,
     lock_held,
     release,
-    task_of_item,
+    task_of_item_locked,
     worker_name,
 )
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
-from ticketagent.services.tasks import task_locked, task_maybe_finish
+from ticketagent.services.tasks import task_maybe_finish
 
 
 def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
     now = timezone.now()
     with transaction.atomic():
-        task_id = task_of_item(item_id, fresh=True)  # looked up at each lease; the phases reuse it
-        if task_id is None:
+        task = task_of_item_locked(item_id)  # looked up at each lease; the phases reuse it
+        if task is None:
             return "item does not exist", None, None
-        task = task_locked(task_id)
         # the item (locked) and its checkpoint (read) in one statement
         item = Item.objects.select_for_update(of=("self",)).select_related("checkpoint").order_by().get(pk=item_id)
         item.task = task
@@ -137,33 +136,89 @@ def phase_done(run: ItemRun):
     with transaction.atomic():
         task, item = lock_held(run.item.pk, run.token)
         _record_pending(run)
-        release(item, ItemStatus.DONE)
-        item.last_error = ""
-        item.save()
         event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_DONE)
-        task.consecutive_failures = 0
-        task.last_success_item = item
-        task.save(update_fields=["consecutive_failures", "last_success_item", "updated_at"])
+        item_done_locked(task, item)
+
+
+def item_done_locked(task: Task, item: Item) -> None:
+    """Inside a transaction holding task and item (`lock_held`): the item is
+    done (its ITEM_DONE event written by the caller), the task's counters move."""
+    release(item, ItemStatus.DONE)
+    item.last_error = ""
+    item.save()
+    task.consecutive_failures = 0
+    task.last_success_item = item
+    task.save(update_fields=["consecutive_failures", "last_success_item", "updated_at"])
+    task_maybe_finish(task)
+
+
+def item_done_fenced(task: Task, item_id: int) -> None:
+    """`item_done_locked` for a phase that locked the task (`task`) and then
+    the item through its fenced checkpoint update: the item's and the task's
+    rows updated as they are, not read first -- on PostgreSQL in one
+    statement that also asks whether another item of the task is still to
+    run (nearly always: then the task cannot finish yet)."""
+    now = timezone.now()
+    task.consecutive_failures, task.last_success_item_id = 0, item_id
+    if connection.vendor != "postgresql":
+        Item.objects.filter(pk=item_id).update(status=ItemStatus.DONE, lease_token="", lease_owner="",
+                                               lease_expires_at=None, finished_at=now, last_error="", updated_at=now)
+        Task.objects.filter(pk=task.pk).update(consecutive_failures=0, last_success_item_id=item_id, updated_at=now)
+        task_maybe_finish(task)
+        return
+    items, tasks = (connection.ops.quote_name(m._meta.db_table) for m in (Item, Task))
+    sql = (f"WITH i AS (UPDATE {items} SET status = %s, lease_token = '', lease_owner = '', lease_expires_at = NULL, "
+           f"finished_at = %s, last_error = '', updated_at = %s WHERE id = %s RETURNING id), "
+           f"t AS (UPDATE {tasks} SET consecutive_failures = 0, last_success_item_id = %s, updated_at = %s "
+           f"WHERE id = %s RETURNING id) "
+           f"SELECT (SELECT count(*) FROM i) + (SELECT count(*) FROM t), EXISTS (SELECT 1 FROM {items} "
+           f"WHERE task_id = %s AND status IN (%s, %s) AND id <> %s)")
+    with connection.cursor() as db:
+        db.execute(sql, [ItemStatus.DONE, now, now, item_id, item_id, now, task.pk,
+                         task.pk, ItemStatus.QUEUED, ItemStatus.RUNNING, item_id])
+        written, others = db.fetchone()
+    if written != 2:
+        raise LeaseLost(f"item {item_id}: its row or its task's is gone")
+    if not others:  # the task's last item: finish it as any other end does
         task_maybe_finish(task)
 
 
-def record_steps(run: ItemRun, steps, tool_calls=()) -> tuple[int, dict]:
-    """Inside a phase holding the item: persist step outputs and advance the
-    cursor, one event each. Returns the new (cursor, outputs)."""
+# A step's output up to this size (as JSON) is carried by its event; a bigger
+# one is stored once as a blob and referenced (one INSERT more).
+INLINE_OUTPUT_CHARS = 2000
+
+
+def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=(), fenced=False
+                 ) -> tuple[int, dict]:
+    """Inside a phase holding the item (or, `fenced`, a phase whose checkpoint
+    update is its fence): persist step outputs and advance the cursor, one
+    event each (the tool calls belong to `tool_step`, by default the last
+    step; `extra` events follow in the same INSERT). Returns the new (cursor,
+    outputs)."""
     task_id, item_id = run.item.task_id, run.item.pk
     outputs, cursor = dict(run.outputs), run.cursor
-    refs = blobs_put([output for _, output in steps])
-    events = []
-    for n, ((step, output), ref) in enumerate(zip(steps, refs, strict=True), 1):
+    tool_step = tool_step or steps[-1][0]
+    events, big = [], []
+    for step, output in steps:
         outputs[step] = output
         cursor += 1
-        for call in tool_calls if n == len(steps) else ():  # the tool calls belong to the last step
+        for call in tool_calls if step == tool_step else ():
             events.append(Event(task_id=task_id, item_id=item_id, type=EventType.TOOL_CALL,
                                 payload={"step": step, **call}))
         kind = EventType.STEP_SKIPPED if not_chosen(output) else EventType.STEP_DONE
-        events.append(Event(task_id=task_id, item_id=item_id, type=kind,
-                            payload={"step": step, "cursor": cursor, "output_ref": ref}))
-    events_append(events)
+        payload = {"step": step, "cursor": cursor}
+        if len(canonical_json(output)) <= INLINE_OUTPUT_CHARS:
+            payload["output"] = output
+        else:
+            big.append((payload, output))
+        events.append(Event(task_id=task_id, item_id=item_id, type=kind, payload=payload))
+    if big:
+        for (payload, _), ref in zip(big, blobs_put([output for _, output in big]), strict=True):
+            payload["output_ref"] = ref
+    if fenced:
+        checkpoint_advance_fenced(run, cursor, outputs, [*events, *extra])
+        return cursor, outputs
+    events_append([*events, *extra])
     # No read first: the checkpoint is ours, and the cursor we know is the
     # condition (anything else moved it: stop).
     moved = Checkpoint.objects.filter(item_id=item_id, cursor=run.cursor).update(
@@ -171,6 +226,55 @@ def record_steps(run: ItemRun, steps, tool_calls=()) -> tuple[int, dict]:
     if moved != 1:
         raise LeaseLost(f"item {item_id}: its checkpoint is not at cursor {run.cursor}")
     return cursor, outputs
+
+
+def checkpoint_advance_fenced(run: ItemRun, cursor: int, outputs: dict, events: list[Event]) -> None:
+    """The fence, the checkpoint and the events in one statement on PostgreSQL
+    (two elsewhere): move the checkpoint from the cursor we know, on the
+    condition that this worker still holds the item's lease -- the item row
+    locked (FOR UPDATE, as `hold` does) -- append the events if it moved, and
+    read the task's status (as `hold` does). Raises LeaseLost otherwise."""
+    quote = connection.ops.quote_name
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    now = timezone.now()
+    prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
+    advance = (f"UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "
+               f"WHERE item_id = %s AND cursor = %s AND EXISTS (SELECT 1 FROM {quote(Item._meta.db_table)} "
+               f"WHERE id = %s AND lease_token = %s AND status = %s{lock}) RETURNING 1")
+    params = [cursor, prep["step_outputs"].get_db_prep_save(outputs, connection),
+              prep["updated_at"].get_db_prep_save(now, connection), run.item.pk, run.cursor,
+              run.item.pk, run.token, ItemStatus.RUNNING]
+    status = f"SELECT status FROM {quote(Task._meta.db_table)} WHERE id = %s"
+    if connection.vendor == "postgresql" and events:
+        columns, rows = _event_rows(events, now)
+        sql = (f"WITH cp AS ({advance}), ev AS (INSERT INTO {quote(Event._meta.db_table)} ({columns}) "
+               f"SELECT * FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(events))}) AS v "
+               f"WHERE EXISTS (SELECT 1 FROM cp)) SELECT ({status}) FROM cp")
+        params = [*params, *rows, run.item.task_id]
+    else:
+        sql = f"{advance[:-len('RETURNING 1')]}RETURNING ({status})"
+        params = [*params, run.item.task_id]
+    with connection.cursor() as db:
+        db.execute(sql, params)
+        row = db.fetchone()
+    if row is None:
+        raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over, or its checkpoint is not at "
+                        f"cursor {run.cursor}")
+    run.task_status = row[0]
+    if events and connection.vendor != "postgresql":
+        events_append(events)
+
+
+def _event_rows(events: list[Event], now) -> tuple[str, list]:
+    """The columns and values of `events` for an INSERT … SELECT (the ids, and so the log's order, follow the list)."""
+    quote = connection.ops.quote_name
+    names = ("task_id", "item_id", "type", "payload", "actor", "timestamp")
+    fields = [Event._meta.get_field(n) for n in names]
+    values = []
+    for event in events:
+        event.timestamp = now
+        values += [f.get_db_prep_save(getattr(event, f.attname), connection) for f in fields]
+    return ", ".join(quote(f.column) for f in fields), values
 
 
 def stop_if_task_stopped(run: ItemRun) -> bool:
@@ -190,13 +294,18 @@ def stop_if_task_stopped(run: ItemRun) -> bool:
     return True
 
 
-def phase_step_done(run: ItemRun, step: str, output, tool_calls=()) -> bool:
-    """Persist a step's output (after the unchosen steps before it) and advance
-    the cursor. False when the task stopped (paused, suspended, cancelled) and
-    the item was handed back."""
+def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(), chain: Intent | None = None
+                    ) -> bool:
+    """Persist a step's output (after the unchosen steps before it, and before
+    the `skipped` ones that follow it) and advance the cursor. With `chain`,
+    the next effect's intent commits in the same transaction (its fence is
+    this phase's: the item is locked, the lease checked). False when the task
+    stopped (paused, suspended, cancelled) and the item was handed back."""
     with transaction.atomic():
-        hold(run)
-        cursor, outputs = record_steps(run, [*run.pending, (step, output)], tool_calls)
+        cursor, outputs = record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step,
+                                       fenced=True)
         stopped = stop_if_task_stopped(run)
+        if chain is not None and not stopped:
+            run.chained = (chain, *intent_record(chain))
     run.cursor, run.outputs, run.pending = cursor, outputs, []
     return not stopped

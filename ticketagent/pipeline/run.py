@@ -4,16 +4,17 @@ Safe to run any number of times: the lease admits one worker, the
 checkpoint skips finished steps and the ledger refuses repeated effects.
 """
 
+import time
 import uuid
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.clients import get_model_client
 from ticketagent.llm.schemas import Decision
 from ticketagent.pipeline.lease import Heartbeat, ItemRun, LeaseLost
 from ticketagent.pipeline.phases import lease_acquire, phase_done, phase_fail, phase_step_done
-from ticketagent.pipeline.steps import RECORDED, WAIT, run_effect_step, run_model_step
+from ticketagent.pipeline.steps import RECORDED, WAIT, chain_intent, run_effect_step, run_model_step, steps_ahead
 from ticketagent.plan import NOT_CHOSEN, STEPS
 
 
@@ -42,16 +43,8 @@ def _run_steps(run: ItemRun, model) -> str:
     cursor = run.cursor
     while cursor < len(STEPS):
         step = STEPS[cursor]
-        calls = []
-        if step.kind == "model":
-            try:
-                output, calls = run_model_step(model, step.name, run.item, run.outputs)
-            except ModelError as exc:
-                phase_fail(run, kind=exc.kind, message=f"{step.name}: {exc.message}")
-                return f"failed at {step.name}: {exc.kind}"
-        else:
-            decision = Decision.model_validate(run.outputs["decide"])
-            if step.name not in decision.actions:
+        if step.kind == "effect":
+            if step.name not in Decision.model_validate(run.outputs["decide"]).actions:
                 # recorded (STEP_SKIPPED) with the next recovery point
                 run.pending.append((step.name, dict(NOT_CHOSEN)))
                 cursor += 1
@@ -60,24 +53,53 @@ def _run_steps(run: ItemRun, model) -> str:
             if output is WAIT:
                 return f"waiting at {step.name}"
             if output is RECORDED:
-                cursor += 1
+                if run.finished:
+                    return "done"
                 if run.stopped:
                     return f"task stopped after {step.name}"
+                cursor = run.cursor
                 continue
-        if not phase_step_done(run, step.name, output, calls):
+            if not phase_step_done(run, step.name, output):
+                return f"task stopped after {step.name}"
+            cursor = run.cursor
+            continue
+        try:
+            output, calls = run_model_step(model, step.name, run.item, run.outputs)
+        except ModelError as exc:
+            phase_fail(run, kind=exc.kind, message=f"{step.name}: {exc.message}")
+            return f"failed at {step.name}: {exc.kind}"
+        # after the decision: the unchosen steps up to the next that runs, and
+        # that one's intent, commit with this step (chained intents)
+        outputs = {**run.outputs, step.name: output}
+        skipped, after = steps_ahead(cursor + 1, outputs) if "decide" in outputs else ([], cursor + 1)
+        if not phase_step_done(run, step.name, output, calls, skipped=skipped,
+                               chain=chain_intent(run, task, after, outputs)):
             return f"task stopped after {step.name}"
-        cursor += 1
+        cursor = run.cursor
     phase_done(run)
     return "done"
+
+
+# A connection whose last job ended cleanly this recently is not health-checked again.
+FRESH_CONNECTION_SECONDS = 1.0
+_last_clean_end = [0.0]
 
 
 def process_item(item_id: int, attempt: int) -> str:
     """The RQ job (`ticketagent.jobs.JOB_FUNCTION`): run one attempt of an item."""
     # A worker that runs jobs in its own process keeps its database
     # connection between jobs: drop it first if it broke or grew too old
-    # (a database restart), and after a job that left it unusable.
+    # (a database restart), and after a job that left it unusable. The
+    # health check (a `SELECT 1`, CONN_HEALTH_CHECKS) is for a connection that
+    # sat idle: one whose last job ended cleanly moments ago is used as it is
+    # (a statement and a transaction an item less in a busy worker).
     close_old_connections()
+    if connection.connection is not None and time.monotonic() - _last_clean_end[0] < FRESH_CONNECTION_SECONDS:
+        connection.health_check_done = True
+    _last_clean_end[0] = 0.0
     try:
         return item_process(item_id=item_id, attempt=attempt)
     finally:
         close_old_connections()
+        if connection.connection is not None and not connection.errors_occurred:
+            _last_clean_end[0] = time.monotonic()

@@ -5,14 +5,17 @@ ticket, so a re-run builds the same payload, the same key, and is blocked by
 the ledger instead of acting twice.
 """
 
-from ledger.gate import effect_run
+from django.db import transaction
+
+from ledger.gate import Intent, effect_call, effect_prepare, intent_record
 from ledger.models import Effect, EffectState
-from ticketagent.llm.schemas import Reply, Triage
-from ticketagent.models import EventType, Item, ItemStatus, Task
-from ticketagent.pipeline.lease import ItemRun, LeaseLost, hold
-from ticketagent.pipeline.phases import phase_fail, phase_wait, record_steps, stop_if_task_stopped
+from ticketagent.llm.schemas import Decision, Reply, Triage
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
+from ticketagent.pipeline.lease import ItemRun, LeaseLost, hold, lock_run
+from ticketagent.pipeline.phases import item_done_fenced, phase_fail, phase_wait, record_steps, stop_if_task_stopped
 from ticketagent.pipeline.tools import item_tools
-from ticketagent.plan import effect_action, effect_payload
+from ticketagent.plan import NOT_CHOSEN, STEP_NAMES, STEPS, effect_action, effect_payload
+from ticketagent.services.tasks import task_locked
 
 
 def item_ticket(item: Item) -> dict:
@@ -53,10 +56,13 @@ RECORDED = object()  # an effect step whose recovery point was written with the 
 WAIT = object()  # the item stopped here: it failed or waits for a person
 
 
+AUTO_CLOSE = "task option: allow automatic close"
+
+
 def _close_approval(run: ItemRun, task: Task):
     """close_ticket is irreversible: (who authorized it, None), or ("", the step's output / WAIT)."""
     if task.allow_auto_close:
-        return "task option: allow automatic close", None
+        return AUTO_CLOSE, None
     current = Item.objects.only("approval", "approval_by").get(pk=run.item.pk)
     if current.approval == "rejected":
         return "", {"skipped": f"close rejected by {current.approval_by}"}
@@ -87,42 +93,106 @@ def _settled_before(item: Item, step: str) -> dict | None:
     return None
 
 
+def steps_ahead(after: int, outputs: dict) -> tuple[list, int | None]:
+    """From the step at `after` on: the effect steps the decision did not choose
+    up to the next step that runs (recorded as skipped with the current
+    recovery point), and that step's index (None: the item's end)."""
+    skipped = []
+    for index in range(after, len(STEPS)):
+        step = STEPS[index]
+        if step.kind == "model" or step.name in Decision.model_validate(outputs["decide"]).actions:
+            return skipped, index
+        skipped.append((step.name, dict(NOT_CHOSEN)))
+    return skipped, None
+
+
+def chain_intent(run: ItemRun, task: Task, index: int | None, outputs: dict) -> Intent | None:
+    """The intent of the effect step at `index`, to commit with the current
+    recovery point ("chained intents"), when nothing has to be asked first:
+    a first attempt, not carried over, not an approval to wait for."""
+    if index is None or STEPS[index].kind != "effect" or run.item.attempt != 1 or run.item.origin_id:
+        return None
+    step = STEPS[index].name
+    if step == "close_ticket" and not task.allow_auto_close:
+        return None
+    return effect_prepare(action=effect_action(step, notify_channel=task.notify_channel),
+                          payload=effect_payload(step, ticket=item_ticket(run.item), outputs=outputs),
+                          owner_task=str(task.pk), owner_item=run.item.ref, owner_step=step, lease_token=run.token,
+                          authorized_by=AUTO_CLOSE if step == "close_ticket" else "")
+
+
 def run_effect_step(step, run: ItemRun, task: Task):
     """Returns the step output to record, RECORDED when the gate's phase 2
     recorded it with the effect's outcome, or WAIT when the item stopped
     (failed / waits)."""
-    item = run.item
-    authorized = ""
-    if step == "close_ticket":
-        authorized, early = _close_approval(run, task)
-        if early is not None:
-            return early
-    settled = _settled_before(item, step)
-    if settled is not None:
-        return settled
-    recorded = {}
-
-    def record_with_outcome(effect: Effect) -> None:
-        # inside phase 2, the item locked by the fence: the step's recovery
-        # point commits with the effect's outcome
-        if effect.state == EffectState.COMMITTED:
-            recorded["checkpoint"] = record_steps(run, [*run.pending, (step, _effect_summary(effect))])
-            recorded["stopped"] = stop_if_task_stopped(run)
-
-    result = effect_run(
-        action=effect_action(step, notify_channel=task.notify_channel),
-        payload=effect_payload(step, ticket=item_ticket(item), outputs=run.outputs),
-        owner_task=str(task.pk), owner_item=item.ref, owner_step=step, lease_token=run.token,
-        fence=lambda: hold(run), authorized_by=authorized, then=record_with_outcome,
-    )
+    chained, run.chained = run.chained, None
+    if chained is not None and chained[0].owner_step == step:
+        intent, effect, blocked = chained  # committed with the previous recovery point
+    else:
+        item, authorized = run.item, ""
+        if step == "close_ticket":
+            authorized, early = _close_approval(run, task)
+            if early is not None:
+                return early
+        settled = _settled_before(item, step)
+        if settled is not None:
+            return settled
+        intent = effect_prepare(action=effect_action(step, notify_channel=task.notify_channel),
+                                payload=effect_payload(step, ticket=item_ticket(item), outputs=run.outputs),
+                                owner_task=str(task.pk), owner_item=item.ref, owner_step=step, lease_token=run.token,
+                                authorized_by=authorized)
+        with transaction.atomic():
+            effect, blocked = intent_record(intent, fence=lambda: hold(run))
+    skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)
+    fence, then = _with_outcome(run, task, step, effect, skipped, after)
+    result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence)
     if result.blocked == "fenced":
-        raise LeaseLost(f"item {item.pk}: fenced while calling {step}")
-    if "checkpoint" in recorded:
-        run.cursor, run.outputs = recorded["checkpoint"]
-        run.pending = []
-        run.stopped = recorded["stopped"]
+        raise LeaseLost(f"item {run.item.pk}: fenced while calling {step}")
+    if then.recorded:
         return RECORDED
     return _gate_answer(step, run, result)
+
+
+def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None):
+    """Phase 2's fence and `then`. When the call committed, the fence is the
+    step's recovery point (and the unchosen steps after it): the checkpoint
+    moves on the condition of the lease, which locks the item (one statement
+    with its events); with it the item's end when no step is left (the task
+    locked first: the lock order everywhere), else the next effect's intent
+    (chained). Any other outcome records no step: the fence only holds the
+    item (and the task, for the last step, whose failure or wait follows)."""
+    next_intent = chain_intent(run, task, after, run.outputs)
+    done = []
+
+    def fence(result) -> None:
+        if result.state != EffectState.COMMITTED:
+            lock_run(run) if after is None else hold(run)
+            return
+        extra = []
+        if after is None:
+            locked = task_locked(task.pk)
+            if locked.status in ACTIVE_TASK_STATUSES:
+                done.append(locked)
+                extra.append(Event(task_id=task.pk, item_id=run.item.pk, type=EventType.ITEM_DONE))
+        summary = {"effect_id": effect.pk, "key": effect.idempotency_key, "state": result.state,
+                   "external_ref": result.external_ref[:200]}
+        then.recorded = record_steps(run, [*run.pending, (step, summary), *skipped], extra=extra, fenced=True)
+
+    def then(effect: Effect) -> None:
+        if not then.recorded:
+            return
+        run.cursor, run.outputs = then.recorded
+        run.pending = []
+        if done:
+            item_done_fenced(done[0], run.item.pk)
+            run.finished = True
+            return
+        run.stopped = stop_if_task_stopped(run)
+        if next_intent is not None and not run.stopped:
+            run.chained = (next_intent, *intent_record(next_intent))
+
+    then.recorded = None
+    return fence, then
 
 
 def _gate_answer(step: str, run: ItemRun, result):

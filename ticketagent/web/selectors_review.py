@@ -6,7 +6,8 @@ from django.core.paginator import Paginator
 from django.db.models import Count, Q
 
 from ledger.channels.registry import get_channel
-from ledger.models import Effect, EffectState
+from ledger.models import Effect, EffectState, EffectTransition
+from ticketagent.eventlog.merged import transition_payload
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.web.selectors import effects_with_owners
 
@@ -130,13 +131,32 @@ def _audit_words(event: Event) -> str:
 
 
 def audit_trail(n: int = 30) -> list[Event]:
-    """The latest decisions by people and by reconcile: verdicts, approvals, skips and retries of failed items."""
+    """The latest decisions by people and by reconcile: verdicts, approvals, skips and retries of failed items.
+    Verdicts are the ledger's transitions (their one record), merged here with the task's events."""
     decided = (Q(type__in=(EventType.REVIEWED, EventType.EFFECT_RECONCILED, EventType.APPROVED, EventType.REJECTED))
                | Q(type=EventType.ITEM_SKIPPED, payload__was=ItemStatus.FAILED)
                | Q(type=EventType.ITEM_REQUEUED, payload__why__startswith="retried by an operator"))
     events = list(Event.objects.filter(decided).select_related("item", "task")
                   .only("id", "type", "payload", "actor", "timestamp", "task__id", "task__name",
                         "item__id", "item__ticket_id").order_by("-id")[:n])
+    events = sorted([*events, *_verdicts(n)], key=lambda e: e.timestamp, reverse=True)[:n]
     for event in events:
         event.words = _audit_words(event)
     return events
+
+
+def _verdicts(n: int) -> list[Event]:
+    """The latest verdicts from the ledger's transition log, as (unsaved) events of their item."""
+    rows = list(EffectTransition.objects.filter(event__in=(EventType.REVIEWED, EventType.EFFECT_RECONCILED))
+                .exclude(snapshot={}).select_related("effect").order_by("-id")[:n])
+    ids = {int(t.effect.owner_item) for t in rows if t.effect.owner_item.isdigit()}
+    items = Item.objects.select_related("task").only("id", "ticket_id", "task__id", "task__name").in_bulk(ids)
+    out = []
+    for t in rows:
+        item = items.get(int(t.effect.owner_item)) if t.effect.owner_item.isdigit() else None
+        if item is None:
+            continue  # not one of ours
+        event = Event(task=item.task, item=item, type=t.event, actor=t.actor, timestamp=t.at,
+                      payload=transition_payload(t.snapshot, t.from_state, t.note))
+        out.append(event)
+    return out

@@ -16,7 +16,8 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from ticketagent.eventlog.export import event_line
+from ticketagent.eventlog.export import event_line, transition_line
+from ticketagent.eventlog.merged import merge, task_transitions
 from ticketagent.health import health_numbers
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, Task
 from ticketagent.plan import STEPS
@@ -115,8 +116,12 @@ def task_events_jsonl(request, pk):
     task = task_or_404(pk)
 
     def lines():
-        for event in Event.objects.filter(task=task).order_by("id").iterator(chunk_size=2000):
-            yield json.dumps(event_line(event), ensure_ascii=False) + "\n"
+        # the task's events and its effects' transitions, one log (eventlog.merged)
+        events = ((e.timestamp, e.pk, event_line(e))
+                  for e in Event.objects.filter(task=task).order_by("id").iterator(chunk_size=2000))
+        transitions = ((at, n, transition_line(line)) for at, n, line in task_transitions(task.pk))
+        for line in merge(events, transitions):
+            yield json.dumps(line, ensure_ascii=False) + "\n"
 
     response = StreamingHttpResponse(lines(), content_type="application/x-ndjson; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="task-{task.pk}-events.jsonl"'
