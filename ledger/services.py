@@ -38,6 +38,13 @@ def effects_mark_unknown(*, owner_item: str, actor: str, note: str) -> list[Effe
 
 
 def reconcile_not_before(effect: Effect) -> dt.datetime:
+    """When a look-up's "not found" can be trusted: at once if the system
+    answered the call (an answered request cannot land later), else once the
+    call can no longer be in flight (the channel's longest call + a margin
+    after the intent: a timeout, a connection dropped before any answer, a
+    worker killed mid-call)."""
+    if effect.answered and effect.outcome_at:
+        return effect.outcome_at
     channel = get_channel(effect.channel)
     wait = channel.max_call_seconds + RECONCILE_MARGIN_SECONDS
     return effect.intent_at + dt.timedelta(seconds=wait)
