@@ -11,9 +11,10 @@ from django.utils import timezone
 from ticketagent.eventlog.append import event_append, events_append
 from ticketagent.llm.clients import model_label
 from ticketagent.llm.schemas import SCHEMA_VERSION
-from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, ItemStatus, Task, TaskStatus
 from ticketagent.plan import PLAN_VERSION, STEPS
 from ticketagent.services import ServiceError
+from ticketagent.services.item_rows import items_insert
 from ticketagent.window import window_refill, window_withdraw
 
 
@@ -29,16 +30,10 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
             allow_auto_close=allow_auto_close, notify_channel=notify_channel, model_label=model_label(),
             failure_threshold=failure_threshold or settings.SUSPEND_AFTER_FAILURES, source_task=source_task,
         )
-        items = Item.objects.bulk_create([
-            Item(task=task, row=r.row, ticket_id=r.ticket_id, customer_email=r.customer_email,
-                 customer_name=r.customer_name, subject=r.subject, body=r.body, priority=r.priority,
-                 language=r.language, metadata=r.metadata, enqueued_at=None,
-                 origin_id=(origins or {}).get(r.ticket_id))
-            for r in rows
-        ], batch_size=500)
+        count = items_insert(task=task, rows=rows, origins=origins)
         actor = user.get_username() if user else "system"
         event_append(task_id=task.pk, type=EventType.TASK_CREATED, actor=actor, payload={
-            "items": len(items), "filename": filename, "allow_auto_close": allow_auto_close,
+            "items": count, "filename": filename, "allow_auto_close": allow_auto_close,
             "notify_channel": notify_channel, "failure_threshold": task.failure_threshold,
             "model": task.model_label, "source_task": source_task.pk if source_task else None,
         })
