@@ -2,8 +2,10 @@
 
 Job ids are deterministic (`item-<pk>-a<attempt>`). An item's attempt is
 sent to Redis once, when the task's window takes it (`ticketagent.window`
-marks it `enqueued_at` in the same statement that picks it), so jobs go out
-in one pipeline without a uniqueness check per job. A job that runs twice
+marks it `enqueued_at` in the same statement that picks it); jobs go out in
+two round trips whatever their number (which ids exist already, then the
+new ones in one pipeline), so an attempt still queues one job even if it is
+sent twice (rq's own `unique=True` is one round trip a job). A job that runs twice
 anyway is harmless: the item's lease admits one worker and its checkpoint
 and the ledger skip what was done. The job itself is
 `ticketagent.pipeline.run.process_item`, named here by its path: the
@@ -31,7 +33,7 @@ def get_queue():
 
 
 def enqueue_items(refs: list[tuple[int, int]]) -> int:
-    """Enqueue (item id, attempt) pairs in one Redis pipeline; returns how many were sent.
+    """Enqueue the (item id, attempt) pairs that have no job yet, in one Redis pipeline; returns how many.
 
     Redis is transport, not truth: if it is down, the items stay `queued` in
     the database and the recovery sweep enqueues them when it is back.
@@ -40,6 +42,12 @@ def enqueue_items(refs: list[tuple[int, int]]) -> int:
         return 0
     queue = get_queue()
     try:
+        with queue.connection.pipeline(transaction=False) as pipe:
+            for item_id, attempt in refs:
+                pipe.exists(Job.key_for(job_id(item_id, attempt)))
+            refs = [ref for ref, exists in zip(refs, pipe.execute(), strict=True) if not exists]
+        if not refs:
+            return 0
         with queue.connection.pipeline() as pipe:
             queue.enqueue_many([
                 queue.prepare_data(JOB_FUNCTION, (item_id, attempt), job_id=job_id(item_id, attempt),

@@ -105,7 +105,10 @@ class HttpClient:
             except (OSError, http.client.HTTPException) as exc:
                 raise NoAnswer(f"{type(exc).__name__} after sending: {exc}") from exc
             try:
-                text = resp.read(self.max_body).decode("utf-8", "replace")
+                raw = resp.read(self.max_body)
+                if len(raw) < self.max_body and resp.length:  # read(n) returns a cut body without a word
+                    raise http.client.IncompleteRead(raw, resp.length)
+                text = raw.decode("utf-8", "replace")
             except (OSError, http.client.HTTPException) as exc:
                 raise AnswerCut(f"{type(exc).__name__} after {self.system} answered {resp.status}: {exc}",
                                 resp.status) from exc
