@@ -13,8 +13,8 @@ from rq.job import Job
 from ledger.models import Effect, EffectState
 from ticketagent import jobs
 from ticketagent.models import Event, EventType, Item, ItemStatus, TaskStatus
-from ticketagent.services.tasks import task_cancel, task_pause
 from ticketagent.services.resume import task_resume
+from ticketagent.services.tasks import task_cancel, task_pause
 
 from ..conftest import wait_for
 from ..factories import make_task
