@@ -41,8 +41,8 @@ def reconcile_not_before(effect: Effect) -> dt.datetime:
     """When a look-up's "not found" can be trusted.
 
     A call the system answered (`answered`: a 503, a reset after the status
-    line) cannot land later: at once, on its first attempt; a retried one
-    that was answered again waits 1, 2, 4 … s (up to the in-flight bound),
+    line) cannot land later: at once, on its first two attempts; from the
+    third one answered again, 1, 2, 4 … s (up to the in-flight bound),
     so a helpdesk that keeps refusing is not asked in a tight loop. Any other
     unknown (a timeout, a connection dropped before any answer, a worker
     killed mid-call) may still be in flight: not before the channel's
@@ -50,7 +50,7 @@ def reconcile_not_before(effect: Effect) -> dt.datetime:
     """
     bound = get_channel(effect.channel).max_call_seconds + RECONCILE_MARGIN_SECONDS
     if effect.answered and effect.outcome_at:
-        backoff = 0.0 if effect.attempts <= 1 else min(2.0 ** (effect.attempts - 2), bound)
+        backoff = 0.0 if effect.attempts <= 2 else min(2.0 ** (effect.attempts - 3), bound)
         return effect.outcome_at + dt.timedelta(seconds=backoff)
     return effect.intent_at + dt.timedelta(seconds=bound)
 

@@ -20,6 +20,7 @@ import time
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 from rq.job import Job
 from rq.utils import utcparse
@@ -61,8 +62,10 @@ def recover_expired_leases(now) -> int:
 def reconcile_unknowns(now) -> int:
     lookup_channels = lookup_channel_names()
     stale = now - timezone.timedelta(seconds=RECONCILE_EVERY_SECONDS)
+    # asked again every RECONCILE_EVERY_SECONDS while unanswered ("cannot tell"),
+    # but at once after a retry (a new intent): a new question
     candidates = Effect.objects.filter(state=EffectState.UNKNOWN, channel__in=lookup_channels).exclude(
-        reconciled_at__gt=stale).values_list("pk", flat=True)[:200]
+        reconciled_at__gt=stale, reconciled_at__gte=F("intent_at")).values_list("pk", flat=True)[:200]
     resolved = 0
     for effect_id in list(candidates):
         try:

@@ -59,7 +59,10 @@ class TestAnAnsweredUnknownIsLookedUpAtOnce:
     def test_answered_again_on_a_retry_it_backs_off(self, sandbox, monkeypatch):
         sandbox.set_faults(error_next={"notify": 1}, error_status=503)
         effect = run_notify().effect
-        Effect.objects.filter(pk=effect.pk).update(attempts=3)
+        Effect.objects.filter(pk=effect.pk).update(attempts=2)
+        effect.refresh_from_db()
+        assert reconcile_not_before(effect) == effect.outcome_at, "one retry answered again: still at once"
+        Effect.objects.filter(pk=effect.pk).update(attempts=4)
         effect.refresh_from_db()
         assert reconcile_not_before(effect) == effect.outcome_at + dt.timedelta(seconds=2)
         Effect.objects.filter(pk=effect.pk).update(attempts=30)
