@@ -17,6 +17,7 @@ import time
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 from rq import Worker
 
 from ticketagent import jobs
@@ -64,6 +65,11 @@ def window_refill(task_id: int, *, size: int | None = None) -> int:
     that is not active.
     """
     size = window_size() if size is None else size
+    if connection.vendor != "postgresql":
+        refs = _pick_portable(task_id, size)
+        if refs:
+            transaction.on_commit(lambda: _send(refs))
+        return len(refs)
     with connection.cursor() as cursor:
         cursor.execute(_REFILL_SQL.format(item=connection.ops.quote_name(Item._meta.db_table),
                                           task=connection.ops.quote_name(Task._meta.db_table)),
@@ -73,6 +79,18 @@ def window_refill(task_id: int, *, size: int | None = None) -> int:
     if refs:
         transaction.on_commit(lambda: _send(refs))
     return len(refs)
+
+
+def _pick_portable(task_id: int, size: int) -> list[tuple[int, int]]:
+    """The same pick on databases without SKIP LOCKED (SQLite: one writer at a time anyway)."""
+    with transaction.atomic():
+        if not Task.objects.filter(pk=task_id, status__in=ACTIVE_TASK_STATUSES).exists():
+            return []
+        queued = Item.objects.filter(task_id=task_id, status=ItemStatus.QUEUED)
+        room = size - queued.filter(enqueued_at__isnull=False).count()
+        refs = list(queued.filter(enqueued_at__isnull=True).order_by("pk").values_list("pk", "attempt")[:max(room, 0)])
+        Item.objects.filter(pk__in=[pk for pk, _ in refs]).update(enqueued_at=timezone.now())
+    return refs
 
 
 def _send(refs: list[tuple[int, int]]) -> None:
