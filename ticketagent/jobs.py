@@ -32,11 +32,12 @@ def get_queue():
     return django_rq.get_queue(settings.RQ_QUEUE)
 
 
-def enqueue_items(refs: list[tuple[int, int]]) -> int:
+def enqueue_items(refs: list[tuple[int, int]], *, strict: bool = False) -> int:
     """Enqueue the (item id, attempt) pairs that have no job yet, in one Redis pipeline; returns how many.
 
     Redis is transport, not truth: if it is down, the items stay `queued` in
-    the database and the recovery sweep enqueues them when it is back.
+    the database and the recovery sweep enqueues them when it is back
+    (`strict`: the error is raised instead, for the caller to undo its marks).
     """
     if not refs:
         return 0
@@ -56,6 +57,8 @@ def enqueue_items(refs: list[tuple[int, int]]) -> int:
                 for item_id, attempt in refs], pipeline=pipe)
             pipe.execute()
     except Exception as exc:  # noqa: BLE001 - redis down: the sweep re-enqueues
+        if strict:
+            raise
         log.warning("could not enqueue %d item(s), the recovery sweep will retry: %s", len(refs), exc)
         return 0
     return len(refs)

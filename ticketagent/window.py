@@ -39,7 +39,7 @@ WITH waiting AS (
       AND EXISTS (SELECT 1 FROM {task} WHERE id = %(task)s AND status = ANY(%(active)s))
     ORDER BY id LIMIT GREATEST(%(window)s - (SELECT n FROM waiting), 0) FOR UPDATE SKIP LOCKED
 )
-UPDATE {item} SET enqueued_at = now() FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt
+UPDATE {item} SET enqueued_at = %(now)s FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt
 """
 
 
@@ -74,7 +74,7 @@ def window_refill(task_id: int, *, size: int | None = None) -> int:
         cursor.execute(_REFILL_SQL.format(item=connection.ops.quote_name(Item._meta.db_table),
                                           task=connection.ops.quote_name(Task._meta.db_table)),
                        {"task": task_id, "queued": ItemStatus.QUEUED, "window": size,
-                        "active": list(ACTIVE_TASK_STATUSES)})
+                        "active": list(ACTIVE_TASK_STATUSES), "now": timezone.now()})  # the app's clock, as the sweep's
         refs = sorted(cursor.fetchall())
     if refs:
         transaction.on_commit(lambda: _send(refs))
@@ -94,8 +94,10 @@ def _pick_portable(task_id: int, size: int) -> list[tuple[int, int]]:
 
 
 def _send(refs: list[tuple[int, int]]) -> None:
-    if jobs.enqueue_items(refs) < len(refs):
-        # Redis is down: the items wait in the database again, for the sweep's next refill.
+    try:
+        jobs.enqueue_items(refs, strict=True)
+    except Exception as exc:  # noqa: BLE001 - Redis down: the items wait in the database for the next refill
+        log.warning("could not send %d job(s) to Redis; the recovery sweep will: %s", len(refs), exc)
         Item.objects.filter(pk__in=[pk for pk, _ in refs], status=ItemStatus.QUEUED).update(enqueued_at=None)
 
 

@@ -141,3 +141,20 @@ class TestTheWorkerSettlesAnsweredUnknowns:
         assert item.status == ItemStatus.WAITING_REVIEW
         effect = Effect.objects.get(owner_item=str(item.pk), action="notify_customer")
         assert (effect.state, effect.answered, effect.reconciled_at) == (EffectState.UNKNOWN, False, None)
+
+
+def test_with_redis_down_the_items_wait_in_the_database_and_the_sweep_sends_them(sandbox, queue, window,
+                                                                                   monkeypatch):
+    import redis
+    from rq import Queue
+
+    from ticketagent.recovery import recover_once
+
+    down = Queue("down", connection=redis.Redis(port=1, socket_connect_timeout=0.2))
+    monkeypatch.setattr(jobs, "get_queue", lambda: down)
+    task = make_task(5)  # the upload succeeds: Redis is transport
+    assert not task.items.filter(enqueued_at__isnull=False).exists()
+    monkeypatch.undo()
+    recover_once()
+    assert len(waiting_job_ids(task)) == WINDOW
+    assert task.items.filter(enqueued_at__isnull=False).count() == WINDOW
