@@ -38,9 +38,21 @@ def effects_mark_unknown(*, owner_item: str, actor: str, note: str) -> list[Effe
 
 
 def reconcile_not_before(effect: Effect) -> dt.datetime:
-    channel = get_channel(effect.channel)
-    wait = channel.max_call_seconds + RECONCILE_MARGIN_SECONDS
-    return effect.intent_at + dt.timedelta(seconds=wait)
+    """When a look-up's "not found" can be trusted.
+
+    A call the system answered (`answered`: a 503, a reset after the status
+    line) cannot land later: at once, on its first two attempts; from the
+    third one answered again, 1, 2, 4 … s (up to the in-flight bound),
+    so a helpdesk that keeps refusing is not asked in a tight loop. Any other
+    unknown (a timeout, a connection dropped before any answer, a worker
+    killed mid-call) may still be in flight: not before the channel's
+    longest call + a margin after the intent.
+    """
+    bound = get_channel(effect.channel).max_call_seconds + RECONCILE_MARGIN_SECONDS
+    if effect.answered and effect.outcome_at:
+        backoff = 0.0 if effect.attempts <= 2 else min(2.0 ** (effect.attempts - 3), bound)
+        return effect.outcome_at + dt.timedelta(seconds=backoff)
+    return effect.intent_at + dt.timedelta(seconds=bound)
 
 
 def effect_reconcile(*, effect_id: int, actor: str = "reconcile", force: bool = False) -> Effect:

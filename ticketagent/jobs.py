@@ -1,9 +1,13 @@
-"""The queue: RQ transport for items (job ids, enqueueing); the database stays the truth.
+"""The queue: RQ transport for items (job ids, enqueueing, withdrawing); the database stays the truth.
 
-Job ids are deterministic (`item-<pk>-a<attempt>`) and enqueued with
-unique=True, so enqueueing the same attempt twice queues one job. A job
-that runs twice anyway is harmless: the item's lease admits one worker and
-its checkpoint and the ledger skip what was done. The job itself is
+Job ids are deterministic (`item-<pk>-a<attempt>`). An item's attempt is
+sent to Redis once, when the task's window takes it (`ticketagent.window`
+marks it `enqueued_at` in the same statement that picks it); jobs go out in
+two round trips whatever their number (which ids exist already, then the
+new ones in one pipeline), so an attempt still queues one job even if it is
+sent twice (rq's own `unique=True` is one round trip a job). A job that runs twice
+anyway is harmless: the item's lease admits one worker and its checkpoint
+and the ledger skip what was done. The job itself is
 `ticketagent.pipeline.run.process_item`, named here by its path: the
 transport does not import the worker's code.
 """
@@ -12,7 +16,7 @@ import logging
 
 import django_rq
 from django.conf import settings
-from rq.exceptions import DuplicateJobError
+from rq.job import Job
 
 log = logging.getLogger(__name__)
 
@@ -28,25 +32,55 @@ def get_queue():
     return django_rq.get_queue(settings.RQ_QUEUE)
 
 
-def enqueue_items(refs: list[tuple[int, int]]) -> int:
-    """Enqueue (item id, attempt) pairs; returns how many were new.
+def enqueue_items(refs: list[tuple[int, int]], *, strict: bool = False) -> int:
+    """Enqueue the (item id, attempt) pairs that have no job yet, in one Redis pipeline; returns how many.
 
     Redis is transport, not truth: if it is down, the items stay `queued` in
-    the database and the recovery sweep enqueues them when it is back.
+    the database and the recovery sweep enqueues them when it is back
+    (`strict`: the error is raised instead, for the caller to undo its marks).
     """
     if not refs:
         return 0
     queue = get_queue()
-    new = 0
     try:
-        for item_id, attempt in refs:
-            try:
-                queue.enqueue(JOB_FUNCTION, item_id, attempt, job_id=job_id(item_id, attempt), unique=True,
-                              result_ttl=3600, failure_ttl=24 * 3600,
-                              description=f"item {item_id} attempt {attempt}")
-                new += 1
-            except DuplicateJobError:
-                pass
+        with queue.connection.pipeline(transaction=False) as pipe:
+            for item_id, attempt in refs:
+                pipe.exists(Job.key_for(job_id(item_id, attempt)))
+            refs = [ref for ref, exists in zip(refs, pipe.execute(), strict=True) if not exists]
+        if not refs:
+            return 0
+        with queue.connection.pipeline() as pipe:
+            queue.enqueue_many([
+                queue.prepare_data(JOB_FUNCTION, (item_id, attempt), job_id=job_id(item_id, attempt),
+                                   result_ttl=3600, failure_ttl=24 * 3600,
+                                   description=f"item {item_id} attempt {attempt}")
+                for item_id, attempt in refs], pipeline=pipe)
+            pipe.execute()
     except Exception as exc:  # noqa: BLE001 - redis down: the sweep re-enqueues
-        log.warning("could not enqueue %d item(s), the recovery sweep will retry: %s", len(refs) - new, exc)
-    return new
+        if strict:
+            raise
+        log.warning("could not enqueue %d item(s), the recovery sweep will retry: %s", len(refs), exc)
+        return 0
+    return len(refs)
+
+
+def withdraw_items(refs: list[tuple[int, int]]) -> int:
+    """Take the jobs of these (item id, attempt) pairs out of the queue, in one pipeline.
+
+    Returns how many were still waiting. A job a worker already popped runs
+    and finds its task stopped (the lease checks the task's status).
+    """
+    if not refs:
+        return 0
+    queue = get_queue()
+    try:
+        with queue.connection.pipeline() as pipe:
+            for item_id, attempt in refs:
+                jid = job_id(item_id, attempt)
+                pipe.lrem(queue.key, 0, jid)
+                pipe.delete(Job.key_for(jid))
+            answers = pipe.execute()
+    except Exception as exc:  # noqa: BLE001 - redis down: the jobs exit without work when they run
+        log.warning("could not withdraw %d job(s) from the queue: %s", len(refs), exc)
+        return 0
+    return sum(int(n) for n in answers[::2])

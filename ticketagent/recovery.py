@@ -9,7 +9,9 @@ worker start:
    no longer be in flight: reconcile (the item then continues by itself);
 3. queued items whose RQ job vanished (FLUSHALL, Redis restart) or ended
    without taking the item: enqueue again;
-4. active tasks with nothing left to run: close them.
+4. every active task's window of jobs in Redis: topped up from the items
+   waiting in the database (`ticketagent.window`);
+5. active tasks with nothing left to run: close them.
 """
 
 import datetime as dt
@@ -18,13 +20,14 @@ import time
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 from rq.job import Job
 from rq.utils import utcparse
 
 from ledger.channels.registry import lookup_channel_names
 from ledger.models import Effect, EffectState
-from ledger.services import effect_reconcile
+from ledger.services import effect_reconcile, reconcile_not_before
 from ticketagent import jobs
 from ticketagent.eventlog.append import events_append
 from ticketagent.health import health_numbers_refresh
@@ -32,6 +35,7 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, Ite
 from ticketagent.pipeline.lease import item_take_over
 from ticketagent.services.items import item_continue, items_requeue
 from ticketagent.services.tasks import task_locked, task_maybe_finish
+from ticketagent.window import windows_refill
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +62,10 @@ def recover_expired_leases(now) -> int:
 def reconcile_unknowns(now) -> int:
     lookup_channels = lookup_channel_names()
     stale = now - timezone.timedelta(seconds=RECONCILE_EVERY_SECONDS)
+    # asked again every RECONCILE_EVERY_SECONDS while unanswered ("cannot tell"),
+    # but at once after a retry (a new intent): a new question
     candidates = Effect.objects.filter(state=EffectState.UNKNOWN, channel__in=lookup_channels).exclude(
-        reconciled_at__gt=stale).values_list("pk", flat=True)[:200]
+        reconciled_at__gt=stale, reconciled_at__gte=F("intent_at")).values_list("pk", flat=True)[:200]
     resolved = 0
     for effect_id in list(candidates):
         try:
@@ -68,6 +74,24 @@ def reconcile_unknowns(now) -> int:
             log.exception("reconcile of effect %s failed", effect_id)
             continue
         resolved += effect.state != EffectState.UNKNOWN
+    return resolved
+
+
+def item_settle_unknowns(item_id: int) -> int:
+    """The worker whose item just stopped on an unknown effect: reconcile the
+    item's unknowns that may be asked about already (the system answered, so
+    nothing more can land; `reconcile_not_before`), and let the item go on
+    if that resolved them all. Returns how many were resolved."""
+    effects = Effect.objects.filter(owner_item=str(item_id), state=EffectState.UNKNOWN,
+                                    channel__in=lookup_channel_names())
+    now = timezone.now()
+    resolved = 0
+    for effect in effects:
+        if reconcile_not_before(effect) > now:
+            continue  # may still be in flight: the sweep asks once it cannot land any more
+        resolved += effect_reconcile(effect_id=effect.pk).state != EffectState.UNKNOWN
+    if resolved:
+        item_continue(item_id=item_id, actor="reconcile")
     return resolved
 
 
@@ -111,17 +135,15 @@ def requeue_lost_jobs(now) -> int:
 
 
 def _enqueue_again(lost: list[tuple[int, int, int]]) -> int:
-    """Jobs missing from Redis: the same attempt, enqueued again (no status changes)."""
+    """Jobs missing from Redis: the same attempt, back to waiting for its task's window (no status changes)."""
     if not lost:
         return 0
-    refs = [(pk, attempt) for pk, attempt, _ in lost]
     with transaction.atomic():
         events_append([Event(task_id=task_id, item_id=pk, type=EventType.ITEM_REQUEUED, actor="recovery",
                              payload={"attempt": attempt, "why": "its job was missing from Redis"})
                        for pk, attempt, task_id in lost])
-        Item.objects.filter(pk__in=[pk for pk, _, _ in lost]).update(enqueued_at=timezone.now())
-        transaction.on_commit(lambda: jobs.enqueue_items(refs))
-    return len(refs)
+        Item.objects.filter(pk__in=[pk for pk, _, _ in lost]).update(enqueued_at=None)
+    return len(lost)
 
 
 def _requeue_next_attempt(stuck: list[tuple[int, int, int]]) -> int:
@@ -167,6 +189,7 @@ def recover_once() -> dict:
     except Exception as exc:  # noqa: BLE001 - Redis down: try again next pass
         log.warning("could not check the queue: %s", exc)
         stats["requeued"] = 0
+    stats["sent"] = windows_refill()
     stats["finished_tasks"] = finish_idle_tasks()
     return stats
 

@@ -271,6 +271,9 @@ HEARTBEAT_SECONDS = envfloat("HEARTBEAT_SECONDS", 2.0, minimum=0.1)
 RECOVER_INTERVAL_SECONDS = envfloat("RECOVER_INTERVAL_SECONDS", 1.0, minimum=0.1)
 # A queued item whose RQ job is missing for this long is enqueued again.
 REQUEUE_GRACE_SECONDS = envfloat("REQUEUE_GRACE_SECONDS", 5.0, minimum=0.0)
+# Jobs of one task waiting in Redis at a time (its window; the rest wait in
+# the database and are sent as items end). 0: twice the live workers, at least 4.
+QUEUE_WINDOW = envint("QUEUE_WINDOW", 0, minimum=0)
 
 # Channels: the helpdesk and SMTP email. HELPDESK_KIND picks the helpdesk's
 # adapter: rest (the generic REST contract the sandbox speaks), rt (Request

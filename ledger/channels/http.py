@@ -2,8 +2,11 @@
 
 `HttpClient.request()` either returns the `Answer` (any status), or raises
 `NotSent` (the connection could not be opened: nothing left this process) or
-`NoAnswer` (the request may have left; no complete answer came back). The
-write's outcome then follows from which one it was (`write_outcome()`).
+`NoAnswer` (the request may have left; no complete answer came back), or
+its kind `AnswerCut` (the answer began, its status line came, then the
+connection broke: the system has handled the request, so nothing more of it
+can land later). The write's outcome then follows from which one it was
+(`write_outcome()`, `call()`).
 """
 
 import base64
@@ -21,6 +24,14 @@ class NotSent(Exception):
 
 class NoAnswer(Exception):
     """The request may have reached the system; no complete answer came back."""
+
+
+class AnswerCut(NoAnswer):
+    """The system began to answer (a status line came back), then the connection broke."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -88,12 +99,20 @@ class HttpClient:
         except OSError as exc:
             raise NotSent(f"could not connect to {self.system}: {exc}") from exc
         try:
-            conn.request(method, urlsplit(self.base_url).path.rstrip("/") + path, data, self.headers(extra))
-            resp = conn.getresponse()
-            text = resp.read(self.max_body).decode("utf-8", "replace")
+            try:
+                conn.request(method, urlsplit(self.base_url).path.rstrip("/") + path, data, self.headers(extra))
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                raise NoAnswer(f"{type(exc).__name__} after sending: {exc}") from exc
+            try:
+                raw = resp.read(self.max_body)
+                if len(raw) < self.max_body and resp.length:  # read(n) returns a cut body without a word
+                    raise http.client.IncompleteRead(raw, resp.length)
+                text = raw.decode("utf-8", "replace")
+            except (OSError, http.client.HTTPException) as exc:
+                raise AnswerCut(f"{type(exc).__name__} after {self.system} answered {resp.status}: {exc}",
+                                resp.status) from exc
             return Answer(resp.status, text, {k.lower(): v for k, v in resp.getheaders()})
-        except (OSError, http.client.HTTPException) as exc:
-            raise NoAnswer(f"{type(exc).__name__} after sending: {exc}") from exc
         finally:
             conn.close()
 
@@ -113,5 +132,7 @@ def call(client: HttpClient, method: str, path: str, body=None, *, headers: dict
         return client.request(method, path, body, headers)
     except NotSent as exc:
         return failed(str(exc), answered=False)
+    except AnswerCut as exc:
+        return unknown(str(exc), answered=True)
     except NoAnswer as exc:
         return unknown(str(exc), answered=False)

@@ -1,11 +1,12 @@
 """The kill test's verdict: what the sandbox received, per effect key, against the ledger."""
 
+import datetime as dt
 from collections import Counter
 from dataclasses import dataclass
 
 from django.utils import timezone
 
-from ledger.models import BlockedDuplicate, Effect, EffectState
+from ledger.models import BlockedDuplicate, Effect, EffectState, EffectTransition
 from ledger.services import effect_review, reconcile_not_before
 from ops.killtest.report import Report
 from sandbox.client import SandboxClient
@@ -41,6 +42,32 @@ def check_run(task_ids: list[int], sandbox: SandboxClient, report: Report) -> No
     report.problems += [p for p in final.problems if p.split(": ", 1)[1] not in seen]
     report.duplicates = max(report.duplicates, final.duplicates)
     report.delivered = sum(deliveries.values())
+    check_late_writes(task_ids, sandbox, report)
+
+
+def check_late_writes(task_ids: list[int], sandbox: SandboxClient, report: Report) -> None:
+    """Deliveries that landed after the caller stopped waiting (a timeout, a
+    drop, a kill: the effect was already `unknown`) are counted; one that landed
+    after a look-up said "not found" for its key (and before the retry that
+    look-up allowed) is a bug: the look-up was trusted too early."""
+    keys = dict(Effect.objects.filter(owner_task__in=[str(t) for t in task_ids]).values_list("pk", "idempotency_key"))
+    marks: dict[str, list[tuple[dt.datetime, str]]] = {}
+    for effect_id, to_state, event, at in (EffectTransition.objects.filter(effect_id__in=keys).order_by("id")
+                                           .values_list("effect_id", "to_state", "event", "at")):
+        kind = ("unknown" if to_state == EffectState.UNKNOWN else
+                "not_found" if event == "EFFECT_RECONCILED" and to_state == EffectState.FAILED else
+                "retry" if event == "EFFECT_RETRY" else "")
+        if kind:
+            marks.setdefault(keys[effect_id], []).append((at, kind))
+    for d in sandbox.deliveries(limit=1_000_000):
+        landed = dt.datetime.fromisoformat(d["created_at"])
+        before = [kind for at, kind in marks.get(d.get("key"), ()) if at < landed]
+        if "unknown" in before:
+            report.late_writes += 1
+        if before and before[-1] == "not_found":
+            report.problems.append(f"delivery {d['id']} with key {d['key'][:12]} landed after a look-up said "
+                                   "it had not happened")
+            report.landed_after_not_found += 1
 
 
 def check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:

@@ -23,6 +23,9 @@ class Report:
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
     worker_starts: Counter = field(default_factory=Counter)
+    late_writes: int = 0  # deliveries that landed after their effect was already unknown
+    landed_after_not_found: int = 0  # ... after a look-up said "not found": must be 0
+    helpdesk_faults: str = ""
 
     @property
     def ok(self) -> bool:
@@ -40,10 +43,13 @@ class Report:
             ("duplicates (once/irreversible)", self.duplicates),
             ("lost items", self.lost_items),
             ("unknown -> reconciled", self.reconciled),
+            ("late writes (caller had given up)", self.late_writes),
+            ("... landed after a not-found look-up", self.landed_after_not_found),
             ("unknown -> reviewed (needed a human)", self.reviewed),
             ("resumes", self.resumes),
             ("blocked duplicates", self.blocked),
             ("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"),
+            ("helpdesk faults", self.helpdesk_faults or "none"),
             ("wall time", f"{self.seconds:.1f} s"),
             ("result", "PASS" if self.ok else f"FAIL ({len(self.problems)} problem(s))"),
         ]

@@ -137,10 +137,11 @@ def child_env(helpdesk: dict) -> dict:
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "ticketagent.settings")}
 
 
-def _start_sandbox(procs: Processes, stack: ExitStack, sandbox_keys: str) -> tuple[SandboxOracle, dict]:
+def _start_sandbox(procs: Processes, stack: ExitStack, sandbox_keys: str,
+                   helpdesk_faults: dict | None = None) -> tuple[SandboxOracle, dict]:
     sandbox = start_sandbox(procs, db=procs.log_dir / "sandbox.sqlite3", ignore_keys=sandbox_keys == "ignore")
     client = SandboxClient(sandbox.url)
-    client.set_faults(honor_keys=sandbox_keys == "honor")
+    client.set_faults(honor_keys=sandbox_keys == "honor", **(helpdesk_faults or {}))
     helpdesk = {"HELPDESK_KIND": "rest", "HELPDESK_URL": sandbox.url, "EMAIL_HOST": "127.0.0.1",
                 "EMAIL_PORT": str(sandbox.smtp_port), "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend"}
     stack.enter_context(override_settings(HELPDESK_KIND="rest", HELPDESK_URL=sandbox.url,
@@ -165,17 +166,20 @@ def _start_rt(stack: ExitStack) -> tuple[RTOracle, dict]:
 def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_keys: str = "honor",
                  channel: str = "helpdesk", faults: set[str] | None = None, crash_probability: float = 0.1,
                  round_timeout: float = 120.0, kill_every: tuple[float, float] = (0.5, 2.0),
-                 worker_command: list[str] | None = None, out=sys.stdout) -> Report:
+                 worker_command: list[str] | None = None, helpdesk_faults: dict | None = None,
+                 out=sys.stdout) -> Report:
     """Run the kill test. `channel`: helpdesk (the sandbox's REST API), email
     (SMTP, no look-up) or rt (a private Request Tracker: the helpdesk and the
     oracle). `worker_command` starts one worker (default: `manage.py worker`);
-    the self-test passes one with a broken gate."""
+    the self-test passes one with a broken gate. `helpdesk_faults`: the
+    sandbox's own faults for the whole run (latency_ms, error_rate, drop_rate,
+    as `POST /_sandbox/faults` takes them)."""
     import redis
 
     if channel not in CHANNELS:
         raise ValueError(f"channel {channel!r} is not one of {', '.join(CHANNELS)}")
     rng = random.Random(seed)
-    report = Report()
+    report = Report(helpdesk_faults=", ".join(f"{k} {v}" for k, v in sorted((helpdesk_faults or {}).items())))
     started = time.monotonic()
     procs = Processes(log_dir=Path(tempfile.mkdtemp(prefix="killtest-")))
     pool = WorkerPool(procs, workers=workers, rng=rng, crash_probability=crash_probability,
@@ -185,7 +189,7 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
             oracle, helpdesk = _start_rt(stack)
         stack.callback(procs.stop)
         if channel != "rt":
-            oracle, helpdesk = _start_sandbox(procs, stack, sandbox_keys)
+            oracle, helpdesk = _start_sandbox(procs, stack, sandbox_keys, helpdesk_faults)
         procs.env = child_env(helpdesk)
         pool.start()
         harness = Harness(pool, oracle, rng, report, faults or set(), redis.Redis.from_url(settings.REDIS_URL),

@@ -4,6 +4,7 @@ Safe to run any number of times: the lease admits one worker, the
 checkpoint skips finished steps and the ledger refuses repeated effects.
 """
 
+import logging
 import time
 import uuid
 
@@ -12,10 +13,14 @@ from django.db import close_old_connections, connection
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.clients import get_model_client
 from ticketagent.llm.schemas import Decision
-from ticketagent.pipeline.lease import Heartbeat, ItemRun, LeaseLost
+from ticketagent.pipeline.lease import Heartbeat, ItemRun, LeaseLost, task_of_item
 from ticketagent.pipeline.phases import lease_acquire, phase_done, phase_fail, phase_step_done
 from ticketagent.pipeline.steps import RECORDED, WAIT, chain_intent, run_effect_step, run_model_step, steps_ahead
 from ticketagent.plan import NOT_CHOSEN, STEPS
+from ticketagent.recovery import item_settle_unknowns
+from ticketagent.window import window_refill
+
+log = logging.getLogger(__name__)
 
 
 def item_process(*, item_id: int, attempt: int, model=None) -> str:
@@ -98,8 +103,23 @@ def process_item(item_id: int, attempt: int) -> str:
         connection.health_check_done = True
     _last_clean_end[0] = 0.0
     try:
-        return item_process(item_id=item_id, attempt=attempt)
+        outcome = item_process(item_id=item_id, attempt=attempt)
+        _after_item(item_id, outcome)
+        return outcome
     finally:
         close_old_connections()
         if connection.connection is not None and not connection.errors_occurred:
             _last_clean_end[0] = time.monotonic()
+
+
+def _after_item(item_id: int, outcome: str) -> None:
+    """What the worker does once an item stops: settle its answered unknowns at
+    once, and top its task's window up (a job out of Redis, one in)."""
+    try:
+        if outcome.startswith("waiting at "):
+            item_settle_unknowns(item_id)
+        task_id = task_of_item(item_id)
+        if task_id is not None:
+            window_refill(task_id)
+    except Exception:  # noqa: BLE001 - the recovery sweep does both too
+        log.exception("after item %s", item_id)

@@ -4,11 +4,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.models import Effect, EffectState
-from ticketagent import jobs
 from ticketagent.eventlog.append import event_append, events_append
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.services import ServiceError
 from ticketagent.services.tasks import task_locked, task_maybe_finish
+from ticketagent.window import window_refill
 
 # A failed item is retried or skipped by an operator while its task waits for a
 # person or runs; a suspended or paused task is resumed instead (its dry-run
@@ -101,14 +101,15 @@ def items_requeue(task: Task, items: list[Item], *, actor: str, why: str) -> lis
     Inside a transaction holding the task and the items' locks: each item
     becomes `queued` with attempt + 1 (the job id changes with it, so an old
     job of the item finds itself stale), an ITEM_REQUEUED event each; a task
-    waiting for review runs again; the jobs are enqueued after commit if the
-    task is active. Returns the (item id, attempt) pairs.
+    waiting for review runs again; the items wait in the database for the
+    task's window (topped up here, sent after commit) if the task is active.
+    Returns the (item id, attempt) pairs.
     """
     now = timezone.now()
     for item in items:
         item.status = ItemStatus.QUEUED
         item.attempt += 1
-        item.enqueued_at = now
+        item.enqueued_at = None  # not sent yet: the window sends it
         item.last_error = ""
         item.failure_kind = ""
         item.lease_token = item.lease_owner = ""
@@ -126,5 +127,5 @@ def items_requeue(task: Task, items: list[Item], *, actor: str, why: str) -> lis
         event_append(task_id=task.pk, type=EventType.TASK_STATUS, actor=actor, payload={"status": task.status})
     refs = [(item.pk, item.attempt) for item in items]
     if task.status in ACTIVE_TASK_STATUSES and refs:
-        transaction.on_commit(lambda: jobs.enqueue_items(refs))
+        window_refill(task.pk)
     return refs

@@ -8,46 +8,39 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from ticketagent import jobs
 from ticketagent.eventlog.append import event_append, events_append
 from ticketagent.llm.clients import model_label
 from ticketagent.llm.schemas import SCHEMA_VERSION
-from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, ItemStatus, Task, TaskStatus
 from ticketagent.plan import PLAN_VERSION, STEPS
 from ticketagent.services import ServiceError
+from ticketagent.services.item_rows import items_insert
+from ticketagent.window import window_refill, window_withdraw
 
 
 def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_close: bool = False,
                 notify_channel: str = "helpdesk", failure_threshold: int | None = None,
                 source_task: Task | None = None, origins: dict | None = None) -> Task:
-    """Create a task and its items in one transaction; enqueue after commit."""
+    """Create a task and its items in one transaction; its first window of jobs goes to Redis after commit."""
     if not rows:
         raise ServiceError("a task needs at least one ticket")
-    now = timezone.now()
     with transaction.atomic():
         task = Task.objects.create(
             name=name[:200] or filename[:200] or "batch", source_filename=filename[:255], created_by=user,
             allow_auto_close=allow_auto_close, notify_channel=notify_channel, model_label=model_label(),
             failure_threshold=failure_threshold or settings.SUSPEND_AFTER_FAILURES, source_task=source_task,
         )
-        items = Item.objects.bulk_create([
-            Item(task=task, row=r.row, ticket_id=r.ticket_id, customer_email=r.customer_email,
-                 customer_name=r.customer_name, subject=r.subject, body=r.body, priority=r.priority,
-                 language=r.language, metadata=r.metadata, enqueued_at=now,
-                 origin_id=(origins or {}).get(r.ticket_id))
-            for r in rows
-        ], batch_size=500)
+        count = items_insert(task=task, rows=rows, origins=origins)
         actor = user.get_username() if user else "system"
         event_append(task_id=task.pk, type=EventType.TASK_CREATED, actor=actor, payload={
-            "items": len(items), "filename": filename, "allow_auto_close": allow_auto_close,
+            "items": count, "filename": filename, "allow_auto_close": allow_auto_close,
             "notify_channel": notify_channel, "failure_threshold": task.failure_threshold,
             "model": task.model_label, "source_task": source_task.pk if source_task else None,
         })
         event_append(task_id=task.pk, type=EventType.PLANNED, actor=actor, payload={
             "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION, "steps": [s.name for s in STEPS],
         })
-        refs = [(item.pk, item.attempt) for item in items]
-        transaction.on_commit(lambda: jobs.enqueue_items(refs))
+        window_refill(task.pk)
     return task
 
 
@@ -89,7 +82,8 @@ def task_pause(*, task_id: int, actor: str) -> Task:
         task.status = TaskStatus.PAUSED
         task.status_reason = f"paused by {actor}"
         task.save()
-        event_append(task_id=task.pk, type=EventType.PAUSED, actor=actor)
+        withdrawn = window_withdraw(task.pk)  # its waiting jobs leave Redis; resume sends the items again
+        event_append(task_id=task.pk, type=EventType.PAUSED, actor=actor, payload={"withdrawn_jobs": withdrawn})
     return task
 
 
@@ -102,11 +96,14 @@ def task_cancel(*, task_id: int, actor: str) -> Task:
         task.status_reason = f"cancelled by {actor}"
         task.finished_at = timezone.now()
         task.save()
-        # Under the task's lock no worker can lease one of these meanwhile.
+        # Under the task's lock no worker can lease one of these meanwhile,
+        # and a job popped before this commits finds the task cancelled.
+        withdrawn = window_withdraw(task.pk)
         skipped = list(task.items.filter(status=ItemStatus.QUEUED).values_list("pk", flat=True))
         task.items.filter(status=ItemStatus.QUEUED).update(
             status=ItemStatus.SKIPPED, last_error="task cancelled", finished_at=timezone.now())
-        event_append(task_id=task.pk, type=EventType.CANCELLED, actor=actor, payload={"skipped_items": len(skipped)})
+        event_append(task_id=task.pk, type=EventType.CANCELLED, actor=actor, payload={"skipped_items": len(skipped),
+                                                                                    "withdrawn_jobs": withdrawn})
         events_append([Event(task_id=task.pk, item_id=pk, type=EventType.ITEM_SKIPPED, actor=actor,
                              payload={"status": ItemStatus.SKIPPED, "reason": "task cancelled"}) for pk in skipped])
     return task

@@ -72,7 +72,7 @@ class RowError:
         return f"{where}: {self.message}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: 50,000 of them in one upload
 class TicketRow:
     row: int
     ticket_id: str

@@ -84,7 +84,7 @@ def operations_overview() -> Operations:
     ops.workers.sort(key=lambda w: (w.host, w.pid or 0))
     ops.depth = list(Item.objects.filter(status=ItemStatus.QUEUED).exclude(task__status__in=(
         TaskStatus.CANCELLED, TaskStatus.COMPLETED)).values("task_id", "task__name", "task__status")
-        .annotate(n=Count("*")).order_by("task_id"))
+        .annotate(n=Count("*"), sent=Count("pk", filter=Q(enqueued_at__isnull=False))).order_by("task_id"))
     for row in ops.depth:
         row["runs"] = row["task__status"] in ACTIVE_TASK_STATUSES
     now = timezone.now()

@@ -29,6 +29,14 @@ class Command(BaseCommand):
                                  "counted (default: %(default)s)")
         parser.add_argument("--faults", default="", help="comma list: redis (FLUSHDB of the queue database), "
                             "postgres (pg_terminate_backend) (default: none)")
+        parser.add_argument("--latency-ms", type=int, default=0,
+                            help="the sandbox waits this long before each write (past HELPDESK_READ_TIMEOUT, 2 s "
+                                 "here, a write times out and lands late) (default: %(default)s)")
+        parser.add_argument("--error-rate", type=float, default=0.0,
+                            help="share of sandbox writes refused with a 503, nothing recorded (default: %(default)s)")
+        parser.add_argument("--drop-rate", type=float, default=0.0,
+                            help="share of sandbox writes recorded, then the connection reset before any answer "
+                                 "(default: %(default)s)")
         parser.add_argument("--crash-probability", type=float, default=0.1,
                             help="chance that a worker SIGKILLs itself at its injected window "
                                  "(default: %(default)s)")
@@ -44,6 +52,11 @@ class Command(BaseCommand):
         unknown = faults - {"redis", "postgres"}
         if unknown:
             raise CommandError(f"--faults: unknown fault(s) {', '.join(sorted(unknown))}; use redis, postgres")
+        helpdesk_faults = {k: v for k, v in (("latency_ms", opts["latency_ms"]),
+                                             ("error_rate", {"*": opts["error_rate"]} if opts["error_rate"] else 0),
+                                             ("drop_rate", {"*": opts["drop_rate"]} if opts["drop_rate"] else 0)) if v}
+        if opts["channel"] == "rt" and helpdesk_faults:
+            raise CommandError("--latency-ms, --error-rate, --drop-rate are the sandbox's: not with --channel rt")
         if opts["channel"] == "rt" and opts["sandbox_keys"]:
             raise CommandError("--sandbox-keys: with --channel rt there is no sandbox, and RT never honours keys")
         keys = f"sandbox keys {opts['sandbox_keys'] or 'honor'}"
@@ -56,7 +69,7 @@ class Command(BaseCommand):
         report = run_killtest(rounds=opts["rounds"], items=opts["items"], workers=opts["workers"], seed=seed,
                               sandbox_keys=opts["sandbox_keys"] or "honor", channel=opts["channel"], faults=faults,
                               crash_probability=opts["crash_probability"], round_timeout=opts["round_timeout"],
-                              out=self.stdout)
+                              helpdesk_faults=helpdesk_faults, out=self.stdout)
         self.stdout.write(report.table())
         for problem in report.problems[:50]:
             self.stdout.write(f"  problem: {problem}")

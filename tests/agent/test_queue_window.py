@@ -1,0 +1,160 @@
+"""The queue shares the workers between tasks and forgets a cancelled task's work, with real rq workers.
+
+A task keeps a window of jobs in Redis (QUEUE_WINDOW, 3 here); its other
+items wait in the database and are sent as its items end. So a small task
+uploaded behind a big one is served after at most a window of the big one's
+items, and cancelling a task takes its waiting jobs out of Redis in the
+request. Orders of events are asserted, never durations.
+"""
+
+import pytest
+from rq.job import Job
+
+from ledger.models import Effect, EffectState
+from ticketagent import jobs
+from ticketagent.models import Event, EventType, Item, ItemStatus, TaskStatus
+from ticketagent.services.resume import task_resume
+from ticketagent.services.tasks import task_cancel, task_pause
+
+from ..conftest import wait_for
+from ..factories import make_task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WINDOW = 3
+
+
+@pytest.fixture
+def window(settings):
+    settings.QUEUE_WINDOW = WINDOW
+    return {"QUEUE_WINDOW": str(WINDOW)}
+
+
+def waiting_job_ids(task) -> set[str]:
+    ids = {jobs.job_id(pk, attempt) for pk, attempt in Item.objects.filter(task=task).values_list("pk", "attempt")}
+    return ids & set(jobs.get_queue().get_job_ids())
+
+
+def starts(task, after_id: int = 0) -> list[int]:
+    return list(Event.objects.filter(task=task, type=EventType.ITEM_STARTED, id__gt=after_id)
+                .order_by("id").values_list("id", flat=True))
+
+
+class TestAWindowOfJobsPerTask:
+    def test_only_the_window_goes_to_redis_and_the_rest_follows_as_items_end(self, workers, sandbox, window):
+        task = make_task(8)
+        assert len(waiting_job_ids(task)) == WINDOW == jobs.get_queue().count
+        assert task.items.filter(enqueued_at__isnull=True).count() == 8 - WINDOW
+        assert workers.burst(extra_env=window) == 0, workers.logs()
+        assert set(task.items.values_list("status", flat=True)) == {ItemStatus.DONE}
+        assert Event.objects.filter(task=task, type=EventType.ITEM_STARTED).count() == 8
+        assert sandbox.counts()["duplicates"] == 0
+
+    def test_the_sweep_sends_the_window_when_nothing_else_does(self, workers, sandbox, window):
+        task = make_task(5)
+        jobs.get_queue().empty()  # e.g. Redis lost its data
+        Item.objects.filter(task=task).update(enqueued_at=None)
+        workers.env.update(window)
+        assert workers.command("recover").returncode == 0
+        assert len(waiting_job_ids(task)) == WINDOW
+
+
+class TestCancel:
+    def test_cancel_takes_the_waiting_jobs_out_of_redis(self, workers, sandbox, window):
+        task = make_task(10)
+        waiting = waiting_job_ids(task)
+        assert len(waiting) == WINDOW
+        task_cancel(task_id=task.pk, actor="alice")
+        assert waiting_job_ids(task) == set() and jobs.get_queue().count == 0
+        conn = jobs.get_queue().connection
+        assert not any(conn.exists(Job.key_for(job_id)) for job_id in waiting)
+        assert set(task.items.values_list("status", flat=True)) == {ItemStatus.SKIPPED}
+        cancelled = Event.objects.get(task=task, type=EventType.CANCELLED)
+        assert cancelled.payload["withdrawn_jobs"] == WINDOW
+        assert workers.burst(extra_env=window) == 0, workers.logs()
+        assert starts(task) == []
+
+    def test_no_item_starts_after_the_cancel_answers(self, workers, sandbox, window):
+        sandbox.set_faults(latency_ms=100)  # items take a while: the cancel lands mid-run
+        task = make_task(30)
+        workers.start(2, extra_env=window)
+        wait_for(lambda: Event.objects.filter(task=task, type=EventType.ITEM_DONE).count() >= 3,
+                 timeout=60, message="three items done")
+        task_cancel(task_id=task.pk, actor="alice")
+        cancelled = Event.objects.get(task=task, type=EventType.CANCELLED).pk
+        wait_for(lambda: not task.items.filter(status=ItemStatus.RUNNING).exists(), timeout=60,
+                 message="the running items to end")
+        wait_for(lambda: not waiting_job_ids(task), timeout=30, message="no job of the task left in Redis")
+        assert starts(task, after_id=cancelled) == [], "an item started after the cancel"
+        assert not task.items.filter(status=ItemStatus.QUEUED).exists()
+        assert sandbox.counts()["duplicates"] == 0
+
+    def test_pause_withdraws_and_resume_sends_again(self, workers, sandbox, window):
+        task = make_task(6)
+        task_pause(task_id=task.pk, actor="alice")
+        assert waiting_job_ids(task) == set()
+        task_resume(task_id=task.pk, actor="alice")
+        assert len(waiting_job_ids(task)) == WINDOW
+        assert workers.burst(extra_env=window) == 0, workers.logs()
+        task.refresh_from_db()
+        assert task.status == TaskStatus.COMPLETED
+
+
+def test_a_small_task_is_served_while_a_big_one_runs(workers, sandbox, window):
+    sandbox.set_faults(latency_ms=50)
+    big = make_task(40, prefix="B")
+    workers.start(1, extra_env=window)
+    wait_for(lambda: Event.objects.filter(task=big, type=EventType.ITEM_DONE).count() >= 3, timeout=60,
+             message="the big task under way")
+    small = make_task(3, prefix="S")
+    created = Event.objects.get(task=small, type=EventType.TASK_CREATED).pk
+    wait_for(lambda: Event.objects.filter(task=small, type=EventType.ITEM_DONE).count() == 3, timeout=60,
+             message="the small task done")
+    first_small = starts(small)[0]
+    big_between = [pk for pk in starts(big, after_id=created) if pk < first_small]
+    # at most the big task's window was ahead of the small task's first job
+    assert len(big_between) <= WINDOW, (len(big_between), workers.logs())
+    # and the small task finished while the big one still had items waiting
+    last_small_done = Event.objects.filter(task=small, type=EventType.ITEM_DONE).order_by("-id").first().pk
+    assert starts(big, after_id=last_small_done), "the big task had nothing left when the small one ended"
+
+
+class TestTheWorkerSettlesAnsweredUnknowns:
+    def test_an_answered_unknown_is_settled_by_the_worker_itself(self, workers, sandbox, window):
+        sandbox.set_faults(error_next={"notify": 1}, error_status=503)
+        task = make_task(1)
+        assert workers.burst(extra_env=window) == 0, workers.logs()  # no recovery sweep runs
+        item = task.items.get()
+        assert item.status == ItemStatus.DONE, workers.logs()
+        effect = Effect.objects.get(owner_item=str(item.pk), action="notify_customer")
+        assert (effect.state, effect.attempts) == (EffectState.COMMITTED, 2)
+        assert list(effect.transitions.values_list("to_state", flat=True)) == [
+            "intent", "unknown", "failed", "intent", "committed"]
+        assert sandbox.counts()["by_endpoint"]["notify"] == 1
+
+    def test_an_unanswered_unknown_is_left_for_the_sweep_to_ask_once_it_cannot_land(self, workers, sandbox,
+                                                                                   window):
+        sandbox.set_faults(drop_next={"notify": 1})
+        task = make_task(1)
+        assert workers.burst(extra_env=window) == 0, workers.logs()
+        item = task.items.get()
+        assert item.status == ItemStatus.WAITING_REVIEW
+        effect = Effect.objects.get(owner_item=str(item.pk), action="notify_customer")
+        assert (effect.state, effect.answered, effect.reconciled_at) == (EffectState.UNKNOWN, False, None)
+
+
+def test_with_redis_down_the_items_wait_in_the_database_and_the_sweep_sends_them(sandbox, queue, window,
+                                                                                   monkeypatch):
+    import redis
+    from rq import Queue
+
+    from ticketagent.recovery import recover_once
+
+    down = Queue("down", connection=redis.Redis(port=1, socket_connect_timeout=0.2))
+    monkeypatch.setattr(jobs, "get_queue", lambda: down)
+    task = make_task(5)  # the upload succeeds: Redis is transport
+    assert not task.items.filter(enqueued_at__isnull=False).exists()
+    monkeypatch.undo()
+    recover_once()
+    assert len(waiting_job_ids(task)) == WINDOW
+    assert task.items.filter(enqueued_at__isnull=False).count() == WINDOW

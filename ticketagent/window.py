@@ -1,0 +1,122 @@
+"""The window: how many of a task's items wait in Redis at a time, and its refill from the database.
+
+A task does not send all its items to Redis at once. At most a window of
+its queued items has a job waiting (`enqueued_at` set); the others wait in
+the database (`enqueued_at` null) and are sent as items end: the worker
+that ends an item tops its task's window up, and so does the recovery
+sweep for every active task. One FIFO queue thus interleaves tasks: a
+small task uploaded behind a big one waits for at most a window of the big
+one's items, not for all of them; and cancelling a task withdraws at most
+a window of jobs. Picking the items and marking them is one statement
+(`FOR UPDATE SKIP LOCKED`: two refills never pick the same item), the jobs
+go out in one Redis pipeline after it.
+"""
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from rq import Worker
+
+from ticketagent import jobs
+from ticketagent.models import ACTIVE_TASK_STATUSES, Item, ItemStatus, Task
+
+log = logging.getLogger(__name__)
+
+_workers = {"count": 0, "at": -1e9}
+WORKER_COUNT_SECONDS = 10.0
+
+# One statement: how many of the task's queued items already wait in Redis,
+# and the oldest of the others, up to the window, marked as sent (none while
+# the task is not active).
+_REFILL_SQL = """
+WITH waiting AS (
+    SELECT count(*) AS n FROM {item} WHERE task_id = %(task)s AND status = %(queued)s AND enqueued_at IS NOT NULL
+), picked AS (
+    SELECT id FROM {item} WHERE task_id = %(task)s AND status = %(queued)s AND enqueued_at IS NULL
+      AND EXISTS (SELECT 1 FROM {task} WHERE id = %(task)s AND status = ANY(%(active)s))
+    ORDER BY id LIMIT GREATEST(%(window)s - (SELECT n FROM waiting), 0) FOR UPDATE SKIP LOCKED
+)
+UPDATE {item} SET enqueued_at = %(now)s FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt
+"""
+
+
+def window_size() -> int:
+    """QUEUE_WINDOW, or twice the workers rq knows (counted at most every 10 s), at least 4."""
+    if settings.QUEUE_WINDOW:
+        return settings.QUEUE_WINDOW
+    now = time.monotonic()
+    if now - _workers["at"] > WORKER_COUNT_SECONDS:
+        try:
+            _workers["count"] = Worker.count(queue=jobs.get_queue())
+        except Exception:  # noqa: BLE001 - Redis down: nothing can be sent anyway
+            _workers["count"] = 0
+        _workers["at"] = now
+    return max(4, 2 * _workers["count"])
+
+
+def window_refill(task_id: int, *, size: int | None = None) -> int:
+    """Top the task's window up: mark its oldest waiting items sent and enqueue them.
+
+    Returns how many were sent. Outside a transaction it commits at once;
+    inside one, the jobs go out after it commits. Nothing is sent for a task
+    that is not active.
+    """
+    size = window_size() if size is None else size
+    if connection.vendor != "postgresql":
+        refs = _pick_portable(task_id, size)
+        if refs:
+            transaction.on_commit(lambda: _send(refs))
+        return len(refs)
+    with connection.cursor() as cursor:
+        cursor.execute(_REFILL_SQL.format(item=connection.ops.quote_name(Item._meta.db_table),
+                                          task=connection.ops.quote_name(Task._meta.db_table)),
+                       {"task": task_id, "queued": ItemStatus.QUEUED, "window": size,
+                        "active": list(ACTIVE_TASK_STATUSES), "now": timezone.now()})  # the app's clock, as the sweep's
+        refs = sorted(cursor.fetchall())
+    if refs:
+        transaction.on_commit(lambda: _send(refs))
+    return len(refs)
+
+
+def _pick_portable(task_id: int, size: int) -> list[tuple[int, int]]:
+    """The same pick on databases without SKIP LOCKED (SQLite: one writer at a time anyway)."""
+    with transaction.atomic():
+        if not Task.objects.filter(pk=task_id, status__in=ACTIVE_TASK_STATUSES).exists():
+            return []
+        queued = Item.objects.filter(task_id=task_id, status=ItemStatus.QUEUED)
+        room = size - queued.filter(enqueued_at__isnull=False).count()
+        refs = list(queued.filter(enqueued_at__isnull=True).order_by("pk").values_list("pk", "attempt")[:max(room, 0)])
+        Item.objects.filter(pk__in=[pk for pk, _ in refs]).update(enqueued_at=timezone.now())
+    return refs
+
+
+def _send(refs: list[tuple[int, int]]) -> None:
+    try:
+        jobs.enqueue_items(refs, strict=True)
+    except Exception as exc:  # noqa: BLE001 - Redis down: the items wait in the database for the next refill
+        log.warning("could not send %d job(s) to Redis; the recovery sweep will: %s", len(refs), exc)
+        Item.objects.filter(pk__in=[pk for pk, _ in refs], status=ItemStatus.QUEUED).update(enqueued_at=None)
+
+
+def windows_refill() -> int:
+    """The sweep: top up the window of every active task with items waiting in the database."""
+    waiting = Item.objects.filter(status=ItemStatus.QUEUED, enqueued_at__isnull=True)
+    tasks = Task.objects.filter(status__in=ACTIVE_TASK_STATUSES).order_by("pk").values_list("pk", flat=True)
+    size = window_size()
+    return sum(window_refill(task_id, size=size) for task_id in tasks
+               if waiting.filter(task_id=task_id).exists())
+
+
+def window_withdraw(task_id: int) -> int:
+    """Inside a transaction holding the task's lock, as it stops (cancel, pause):
+    the task's jobs still waiting are taken out of Redis after commit, and
+    its queued items marked not sent. Returns how many jobs that concerns."""
+    sent = Item.objects.filter(task_id=task_id, status=ItemStatus.QUEUED, enqueued_at__isnull=False)
+    refs = list(sent.values_list("pk", "attempt"))
+    if refs:
+        sent.update(enqueued_at=None)
+        transaction.on_commit(lambda: jobs.withdraw_items(refs))
+    return len(refs)
