@@ -3,6 +3,7 @@
 import logging
 import re
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from django.db.models import Count, Q
 from django.utils import timezone
@@ -10,6 +11,7 @@ from rq import Worker
 
 from ledger.models import Effect, EffectTransition
 from ticketagent import jobs
+from ticketagent.eventlog.merged import transition_payload
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import step_name
 
@@ -140,8 +142,9 @@ EVENT_WORDS = {
 }
 
 
-def item_history(item: Item) -> tuple[list[Event], list[Effect]]:
-    """Every event of the item in order (steps, attempts, effects, verdicts), and its effects with their transitions."""
+def item_history(item: Item) -> tuple[list, list[Effect]]:
+    """Every entry of the item's log in order (steps, attempts, effects, verdicts) -- its events merged with
+    its effects' transitions, as an export merges them -- and its effects with their transitions."""
     events = list(Event.objects.filter(item=item).order_by("id")[:1000])
     for ev in events:
         ev.words = EVENT_WORDS.get(ev.type, ev.type.replace("_", " ").lower())
@@ -153,4 +156,19 @@ def item_history(item: Item) -> tuple[list[Event], list[Effect]]:
         transitions.setdefault(t.effect_id, []).append(t)
     for effect in effects:
         effect.history = transitions.get(effect.pk, [])
-    return events, effects
+    return merged_history(events, [t for e in effects for t in e.history]), effects
+
+
+def merged_history(events: list[Event], transitions: list[EffectTransition]) -> list:
+    """Events and the transitions that carry their row (older ones were copied into the events), by time;
+    at the same instant the event first, as in the export (ticketagent/eventlog/merged.py)."""
+    entries = [(ev.timestamp, 0, ev.pk, ev) for ev in events]
+    for t in transitions:
+        if not t.snapshot:
+            continue
+        entry = SimpleNamespace(type=t.event, timestamp=t.at, actor=t.actor,
+                                payload=transition_payload(t.snapshot, t.from_state, t.note),
+                                words=EVENT_WORDS.get(t.event, t.event.replace("_", " ").lower()))
+        entries.append((t.at, 1, t.pk, entry))
+    entries.sort(key=lambda e: e[:3])
+    return [entry for *_, entry in entries[:2000]]
