@@ -193,6 +193,8 @@ class Command(BaseCommand):
 
         sizes = SIZES[opts["sizes"] or ("full" if opts["full"] else "quick")]
         call_command("migrate", verbosity=0, interactive=False)
+        if not settings.DEBUG:  # the pages are rendered as in production: hashed static names need the manifest
+            call_command("collectstatic", verbosity=0, interactive=False)
         bench = Bench(sizes=sizes, only=only, out=self.stdout, profile=profile, reuse_dataset=not opts["fresh_dataset"])
         results = bench.run()
         flags = ["--full" if sizes.name == "full" else "", f"--only {opts['only']}" if opts["only"] else ""]
