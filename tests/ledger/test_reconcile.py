@@ -27,19 +27,6 @@ from .helpers import run_notify
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def lookups(monkeypatch):
-    """The keys the helpdesk channel was asked about."""
-    asked = []
-    real = RestHelpdeskChannel.lookup
-
-    def lookup(self, key, payload):
-        asked.append(key)
-        return real(self, key, payload)
-
-    monkeypatch.setattr(RestHelpdeskChannel, "lookup", lookup)
-    return asked
-
 
 def unknown_effect(window="after_call", action="notify_customer") -> Effect:
     arm(window)

@@ -22,18 +22,6 @@ from .helpers import run_notify
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def lookups(monkeypatch):
-    asked = []
-    real = RestHelpdeskChannel.lookup
-
-    def lookup(self, key, payload):
-        asked.append(key)
-        return real(self, key, payload)
-
-    monkeypatch.setattr(RestHelpdeskChannel, "lookup", lookup)
-    return asked
-
 
 def bound(effect: Effect) -> dt.timedelta:
     return dt.timedelta(seconds=RestHelpdeskChannel().max_call_seconds + RECONCILE_MARGIN_SECONDS)
