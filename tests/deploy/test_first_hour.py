@@ -83,3 +83,8 @@ def test_make_run_checks_model_before_it_starts_anything(tmp_path, value, words)
     assert words in result.stdout + result.stderr
     assert "== migrate" not in result.stdout, "nothing was started"
     assert not (tmp_path / "var" / "ticketagent.sqlite3").exists()
+
+
+def test_the_readme_starts_with_the_two_commands():
+    block = README.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split("#")[0].strip() for line in block[:2]] == ["make run", "make test"]
