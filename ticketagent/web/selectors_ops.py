@@ -11,7 +11,7 @@ from rq import Worker
 
 from ledger.models import Effect, EffectTransition
 from ticketagent import jobs
-from ticketagent.eventlog.merged import transition_payload
+from ticketagent.eventlog.merged import merge, transition_payload
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import step_name
 
@@ -160,15 +160,13 @@ def item_history(item: Item) -> tuple[list, list[Effect]]:
 
 
 def merged_history(events: list[Event], transitions: list[EffectTransition]) -> list:
-    """Events and the transitions that carry their row (older ones were copied into the events), by time;
-    at the same instant the event first, as in the export (ticketagent/eventlog/merged.py)."""
-    entries = [(ev.timestamp, 0, ev.pk, ev) for ev in events]
-    for t in transitions:
-        if not t.snapshot:
-            continue
-        entry = SimpleNamespace(type=t.event, timestamp=t.at, actor=t.actor,
-                                payload=transition_payload(t.snapshot, t.from_state, t.note),
-                                words=EVENT_WORDS.get(t.event, t.event.replace("_", " ").lower()))
-        entries.append((t.at, 1, t.pk, entry))
-    entries.sort(key=lambda e: e[:3])
-    return [entry for *_, entry in entries[:2000]]
+    """Events and the transitions that carry their row (older ones were copied into the events), in the
+    export's order (`eventlog.merged.merge`: by time, the event first at the same instant)."""
+    entries = []
+    for t in sorted(transitions, key=lambda t: t.pk):
+        if t.snapshot:
+            entries.append((t.at, t.pk, SimpleNamespace(
+                type=t.event, timestamp=t.at, actor=t.actor,
+                payload=transition_payload(t.snapshot, t.from_state, t.note),
+                words=EVENT_WORDS.get(t.event, t.event.replace("_", " ").lower()))))
+    return list(merge(((ev.timestamp, ev.pk, ev) for ev in events), entries))[:2000]
