@@ -377,14 +377,14 @@ def _phase_intent_general(intent: Intent) -> tuple[Effect, str]:
     "insert again" here: if neither look-up finds a row, the refusal came
     from something the gate does not know, and it is raised, never hidden
     (docs/testing.md)."""
-    existing = Effect.objects.select_for_update().filter(idempotency_key=intent.key).first()
+    existing = Effect.objects.select_for_update(no_key=True).filter(idempotency_key=intent.key).first()
     if existing is not None:
         if _retriable(existing):
             return _retry(existing, intent, timezone.now()), ""
         _record_blocked(existing, BlockedDuplicate.Kind.DUPLICATE, intent)
         return existing, BlockedDuplicate.Kind.DUPLICATE
     if intent.slot is not None:
-        existing = Effect.objects.select_for_update().filter(_by_slot(intent.slot)).first()
+        existing = Effect.objects.select_for_update(no_key=True).filter(_by_slot(intent.slot)).first()
     if existing is None:
         raise IntegrityError(f"the ledger refused the intent {intent.key} but holds no row with its key "
                              "or slot")

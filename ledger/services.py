@@ -28,7 +28,8 @@ def effects_mark_unknown(*, owner_item: str, actor: str, note: str) -> list[Effe
     """
     changed = []
     with transaction.atomic():
-        for effect in Effect.objects.select_for_update().filter(owner_item=owner_item, state=EffectState.INTENT):
+        intents = Effect.objects.select_for_update(no_key=True).filter(owner_item=owner_item, state=EffectState.INTENT)
+        for effect in intents:
             effect.state = EffectState.UNKNOWN
             effect.last_error = note
             effect.save(update_fields=["state", "last_error", "updated_at"])
@@ -69,7 +70,7 @@ def effect_reconcile(*, effect_id: int, actor: str = "reconcile", force: bool = 
         return effect
     answer = get_channel(effect.channel).lookup(effect.idempotency_key, effect.payload)  # no transaction open
     with transaction.atomic():
-        effect = Effect.objects.select_for_update().get(pk=effect_id)
+        effect = Effect.objects.select_for_update(no_key=True).get(pk=effect_id)
         if effect.state != EffectState.UNKNOWN:
             return effect
         now = timezone.now()
@@ -103,7 +104,7 @@ def effect_review(*, effect_id: int, verdict: str, reason: str, actor: str) -> E
     if verdict not in (Verdict.HAPPENED, Verdict.NOT_HAPPENED, Verdict.SKIP):
         raise ReviewError(f"unknown verdict {verdict!r}; choose happened, not_happened or skip")
     with transaction.atomic():
-        effect = Effect.objects.select_for_update().get(pk=effect_id)
+        effect = Effect.objects.select_for_update(no_key=True).get(pk=effect_id)
         if effect.state != EffectState.UNKNOWN:
             raise ReviewError(f"this effect is {effect.state}, not unknown: it was already resolved")
         effect.state = {

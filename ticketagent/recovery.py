@@ -50,7 +50,7 @@ def recover_expired_leases(now) -> int:
     for item_id, task_id in list(expired):
         with transaction.atomic():
             task = task_locked(task_id)
-            item = Item.objects.select_for_update().get(pk=item_id)
+            item = Item.objects.select_for_update(no_key=True).get(pk=item_id)
             if item.status != ItemStatus.RUNNING or not item.lease_expires_at or item.lease_expires_at >= now:
                 continue
             item_take_over(item, actor="recovery", why="lease expired")
@@ -155,7 +155,8 @@ def _requeue_next_attempt(stuck: list[tuple[int, int, int]]) -> int:
     for task_id, attempts in by_task.items():
         with transaction.atomic():
             task = task_locked(task_id)
-            items = [item for item in Item.objects.select_for_update().filter(pk__in=attempts, status=ItemStatus.QUEUED)
+            queued = Item.objects.select_for_update(no_key=True).filter(pk__in=attempts, status=ItemStatus.QUEUED)
+            items = [item for item in queued
                      if item.attempt == attempts[item.pk]]  # unchanged since we looked
             n += len(items_requeue(task, items, actor="recovery", why="its job can no longer take the item"))
     return n

@@ -2,13 +2,13 @@
 
 A task does not send all its items to Redis at once. At most a window of
 its queued items has a job waiting (`enqueued_at` set); the others wait in
-the database (`enqueued_at` null) and are sent as items end: the worker
-that ends an item tops its task's window up, and so does the recovery
-sweep for every active task. One FIFO queue thus interleaves tasks: a
+the database (`enqueued_at` null) and are sent as items start: the
+worker that takes an item's lease tops its task's window up in the same
+transaction, and so does the recovery sweep for every active task. One FIFO queue thus interleaves tasks: a
 small task uploaded behind a big one waits for at most a window of the big
 one's items, not for all of them; and cancelling a task withdraws at most
 a window of jobs. Picking the items and marking them is one statement
-(`FOR UPDATE SKIP LOCKED`: two refills never pick the same item), the jobs
+(`FOR NO KEY UPDATE SKIP LOCKED`: two refills never pick the same item), the jobs
 go out in one Redis pipeline after it.
 """
 
@@ -37,7 +37,7 @@ WITH waiting AS (
 ), picked AS (
     SELECT id FROM {item} WHERE task_id = %(task)s AND status = %(queued)s AND enqueued_at IS NULL
       AND EXISTS (SELECT 1 FROM {task} WHERE id = %(task)s AND status = ANY(%(active)s))
-    ORDER BY id LIMIT GREATEST(%(window)s - (SELECT n FROM waiting), 0) FOR UPDATE SKIP LOCKED
+    ORDER BY id LIMIT GREATEST(%(window)s - (SELECT n FROM waiting), 0) FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE {item} SET enqueued_at = %(now)s FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt
 """

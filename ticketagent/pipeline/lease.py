@@ -86,7 +86,7 @@ def task_of_item(item_id: int, *, fresh: bool = False) -> int | None:
 def task_of_item_locked(item_id: int) -> Task | None:
     """Inside a transaction: the item's task, locked, in one statement (and remembered for the phases)."""
     of_item = Subquery(Item.objects.filter(pk=item_id).values("task_id"))
-    task = Task.objects.select_for_update().filter(pk=of_item).first()
+    task = Task.objects.select_for_update(no_key=True).filter(pk=of_item).first()
     if task is not None:
         if len(_TASK_OF_ITEM) > 10_000:
             _TASK_OF_ITEM.clear()
@@ -97,10 +97,11 @@ def task_of_item_locked(item_id: int) -> Task | None:
 def lock_held(item_id: int, token: str) -> tuple[Task, Item]:
     """Inside a transaction: lock task and item, or raise LeaseLost."""
     task_id = task_of_item(item_id)
-    task = Task.objects.select_for_update().filter(pk=task_id).first() if task_id is not None else None
+    task = Task.objects.select_for_update(no_key=True).filter(pk=task_id).first() if task_id is not None else None
     if task is None:
         raise LeaseLost(f"item {item_id} is gone")
-    item = Item.objects.select_for_update().filter(pk=item_id, lease_token=token, status=ItemStatus.RUNNING).first()
+    item = (Item.objects.select_for_update(no_key=True)
+            .filter(pk=item_id, lease_token=token, status=ItemStatus.RUNNING).first())
     if item is None:
         raise LeaseLost(f"item {item_id}: lease {token[:8]} was taken over")
     if item.task_id != task.pk:  # a stale entry (ids reused after a test database flush): look it up again
@@ -169,7 +170,7 @@ def hold(run: ItemRun) -> None:
     that commits meanwhile is seen by the next phase)."""
     # (model instances, not values_list(): only they keep `OF item`, and
     # locking the task here would invert the lock order)
-    held = list(Item.objects.select_for_update(of=("self",)).select_related("task")
+    held = list(Item.objects.select_for_update(no_key=True, of=("self",)).select_related("task")
                 .only("id", "task_id", "task__status").order_by()
                 .filter(pk=run.item.pk, lease_token=run.token, status=ItemStatus.RUNNING))
     if not held:

@@ -27,6 +27,7 @@ from ticketagent.pipeline.lease import (
 )
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
 from ticketagent.services.tasks import task_maybe_finish
+from ticketagent.window import window_refill
 
 
 def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
@@ -36,7 +37,8 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
         if task is None:
             return "item does not exist", None, None
         # the item (locked) and its checkpoint (read) in one statement
-        item = Item.objects.select_for_update(of=("self",)).select_related("checkpoint").order_by().get(pk=item_id)
+        item = (Item.objects.select_for_update(no_key=True, of=("self",)).select_related("checkpoint").order_by()
+                .get(pk=item_id))
         item.task = task
         if task.status not in ACTIVE_TASK_STATUSES:
             return f"task is {task.status}", None, None
@@ -81,6 +83,8 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
                      payload={"attempt": item.attempt, "cursor": checkpoint.cursor,
                               "plan_version": checkpoint.plan_version,
                               "schema_version": checkpoint.schema_version, "input_hash": checkpoint.input_hash})
+        # the item left the task's window: top it up (one statement; the jobs go out after commit)
+        window_refill(task.pk)
         return "", item, checkpoint
 
 
@@ -232,10 +236,10 @@ def checkpoint_advance_fenced(run: ItemRun, cursor: int, outputs: dict, events: 
     """The fence, the checkpoint and the events in one statement on PostgreSQL
     (two elsewhere): move the checkpoint from the cursor we know, on the
     condition that this worker still holds the item's lease -- the item row
-    locked (FOR UPDATE, as `hold` does) -- append the events if it moved, and
+    locked (FOR NO KEY UPDATE, as `hold` does) -- append the events if it moved, and
     read the task's status (as `hold` does). Raises LeaseLost otherwise."""
     quote = connection.ops.quote_name
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else ""
     now = timezone.now()
     prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
     advance = (f"UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "

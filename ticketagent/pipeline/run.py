@@ -13,12 +13,11 @@ from django.db import close_old_connections, connection
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.clients import get_model_client
 from ticketagent.llm.schemas import Decision
-from ticketagent.pipeline.lease import Heartbeat, ItemRun, LeaseLost, task_of_item
+from ticketagent.pipeline.lease import Heartbeat, ItemRun, LeaseLost
 from ticketagent.pipeline.phases import lease_acquire, phase_done, phase_fail, phase_step_done
 from ticketagent.pipeline.steps import RECORDED, WAIT, chain_intent, run_effect_step, run_model_step, steps_ahead
 from ticketagent.plan import NOT_CHOSEN, STEPS
 from ticketagent.recovery import item_settle_unknowns
-from ticketagent.window import window_refill
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +112,12 @@ def process_item(item_id: int, attempt: int) -> str:
 
 
 def _after_item(item_id: int, outcome: str) -> None:
-    """What the worker does once an item stops: settle its answered unknowns at
-    once, and top its task's window up (a job out of Redis, one in)."""
+    """What the worker does once an item stops waiting for an answer: settle
+    its answered unknowns at once. (The task's window was topped up when the
+    item's lease was taken, in the same transaction.)"""
+    if not outcome.startswith("waiting at "):
+        return
     try:
-        if outcome.startswith("waiting at "):
-            item_settle_unknowns(item_id)
-        task_id = task_of_item(item_id)
-        if task_id is not None:
-            window_refill(task_id)
-    except Exception:  # noqa: BLE001 - the recovery sweep does both too
+        item_settle_unknowns(item_id)
+    except Exception:  # noqa: BLE001 - the recovery sweep does it too
         log.exception("after item %s", item_id)

@@ -22,7 +22,7 @@ def _failed_item_locked(item_id: int, verb: str) -> tuple[Task, Item]:
     if item is None:
         raise ServiceError("no such item")
     task = task_locked(item.task_id)
-    item = Item.objects.select_for_update().get(pk=item_id)
+    item = Item.objects.select_for_update(no_key=True).get(pk=item_id)
     if item.status != ItemStatus.FAILED:
         raise ServiceError(f"this item is {item.get_status_display()}, not failed: there is nothing to {verb}")
     if task.status not in ITEM_ACTION_TASK_STATUSES:
@@ -64,7 +64,7 @@ def item_continue(*, item_id: int, actor: str = "system") -> bool:
         if item is None:
             return False
         task = task_locked(item.task_id)
-        item = Item.objects.select_for_update().get(pk=item_id)
+        item = Item.objects.select_for_update(no_key=True).get(pk=item_id)
         if item.status != ItemStatus.WAITING_REVIEW:
             return False
         if Effect.objects.filter(owner_item=item.ref, state__in=(EffectState.UNKNOWN, EffectState.INTENT)).exists():
@@ -81,7 +81,7 @@ def item_approve(*, item_id: int, approved: bool, reason: str, actor: str) -> It
     with transaction.atomic():
         item = Item.objects.only("task_id").get(pk=item_id)
         task = task_locked(item.task_id)
-        item = Item.objects.select_for_update().get(pk=item_id)
+        item = Item.objects.select_for_update(no_key=True).get(pk=item_id)
         if item.status != ItemStatus.WAITING_APPROVAL:
             raise ServiceError(f"this item is {item.get_status_display()}, not waiting for approval")
         item.approval = "approved" if approved else "rejected"

@@ -151,7 +151,7 @@ NOTHING_TO_RESUME = ("nothing to resume: no item can be sent back to the queue; 
 
 
 def _resume_locked(task: Task, plan: DryRun, actor: str) -> None:
-    items = list(Item.objects.select_for_update().filter(task=task, status__in=RESUMABLE_ITEM_STATUSES))
+    items = list(Item.objects.select_for_update(no_key=True).filter(task=task, status__in=RESUMABLE_ITEM_STATUSES))
     if not items and not task.items.filter(status=ItemStatus.RUNNING).exists():
         raise ServiceError(NOTHING_TO_RESUME)  # not counted: a resume of nothing is no resume
     Checkpoint.objects.filter(item__in=[i.pk for i in items]).update(retry_count=F("retry_count") + 1)

@@ -45,7 +45,7 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
 
 
 def task_locked(task_id: int) -> Task:
-    return Task.objects.select_for_update().get(pk=task_id)
+    return Task.objects.select_for_update(no_key=True).get(pk=task_id)
 
 
 def task_maybe_finish(task: Task) -> None:
