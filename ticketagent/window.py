@@ -30,17 +30,36 @@ WORKER_COUNT_SECONDS = 10.0
 
 # One statement: how many of the task's queued items already wait in Redis,
 # and the oldest of the others, up to the window, marked as sent (none while
-# the task is not active).
-_REFILL_SQL = """
-WITH waiting AS (
-    SELECT count(*) AS n FROM {item} WHERE task_id = %(task)s AND status = %(queued)s AND enqueued_at IS NOT NULL
+# the task is not active). `sent` returns them; a caller may put these CTEs
+# in a statement of its own (the lease does: `refill_ctes`).
+_REFILL_CTES = """
+waiting AS (
+    SELECT count(*) AS n FROM {item} WHERE task_id = %s AND status = %s AND enqueued_at IS NOT NULL AND id <> %s
 ), picked AS (
-    SELECT id FROM {item} WHERE task_id = %(task)s AND status = %(queued)s AND enqueued_at IS NULL
-      AND EXISTS (SELECT 1 FROM {task} WHERE id = %(task)s AND status = ANY(%(active)s))
-    ORDER BY id LIMIT GREATEST(%(window)s - (SELECT n FROM waiting), 0) FOR NO KEY UPDATE SKIP LOCKED
-)
-UPDATE {item} SET enqueued_at = %(now)s FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt
-"""
+    SELECT id FROM {item} WHERE task_id = %s AND status = %s AND enqueued_at IS NULL AND id <> %s
+      AND EXISTS (SELECT 1 FROM {task} WHERE id = %s AND status = ANY(%s))
+    ORDER BY id LIMIT GREATEST(%s - (SELECT n FROM waiting), 0) FOR NO KEY UPDATE SKIP LOCKED
+), sent AS (
+    UPDATE {item} SET enqueued_at = %s FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt
+)"""
+
+
+def refill_ctes(task_id: int, size: int, *, leaving: int = 0) -> tuple[str, list]:
+    """The refill as CTEs (`waiting`, `picked`, `sent`) and their parameters,
+    for PostgreSQL. `leaving`: an item the same statement takes out of the
+    window (the lease's), neither counted nor picked."""
+    quote = connection.ops.quote_name
+    sql = _REFILL_CTES.format(item=quote(Item._meta.db_table), task=quote(Task._meta.db_table))
+    params = [task_id, ItemStatus.QUEUED, leaving, task_id, ItemStatus.QUEUED, leaving, task_id,
+              list(ACTIVE_TASK_STATUSES), size, timezone.now()]  # the app's clock, as the sweep's
+    return sql, params
+
+
+def refill_sent(refs: list[tuple[int, int]]) -> None:
+    """The jobs of items a refill marked sent go out once its transaction commits."""
+    if refs:
+        refs = sorted(refs)
+        transaction.on_commit(lambda: _send(refs))
 
 
 def window_size() -> int:
@@ -67,17 +86,13 @@ def window_refill(task_id: int, *, size: int | None = None) -> int:
     size = window_size() if size is None else size
     if connection.vendor != "postgresql":
         refs = _pick_portable(task_id, size)
-        if refs:
-            transaction.on_commit(lambda: _send(refs))
+        refill_sent(refs)
         return len(refs)
+    ctes, params = refill_ctes(task_id, size)
     with connection.cursor() as cursor:
-        cursor.execute(_REFILL_SQL.format(item=connection.ops.quote_name(Item._meta.db_table),
-                                          task=connection.ops.quote_name(Task._meta.db_table)),
-                       {"task": task_id, "queued": ItemStatus.QUEUED, "window": size,
-                        "active": list(ACTIVE_TASK_STATUSES), "now": timezone.now()})  # the app's clock, as the sweep's
-        refs = sorted(cursor.fetchall())
-    if refs:
-        transaction.on_commit(lambda: _send(refs))
+        cursor.execute(f"WITH {ctes} SELECT id, attempt FROM sent", params)
+        refs = cursor.fetchall()
+    refill_sent(refs)
     return len(refs)
 
 

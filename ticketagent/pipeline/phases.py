@@ -7,6 +7,8 @@ commits meanwhile is seen at the next step. An effect step's recovery point
 is written in the gate's phase 2, with the effect's outcome.
 """
 
+import json
+
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -18,6 +20,7 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventTyp
 from ticketagent.pipeline.lease import (
     ItemRun,
     LeaseLost,
+    hold,
     item_take_over,
     lease_deadline,
     lock_held,
@@ -27,7 +30,7 @@ from ticketagent.pipeline.lease import (
 )
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
 from ticketagent.services.tasks import task_maybe_finish
-from ticketagent.window import window_refill
+from ticketagent.window import refill_ctes, refill_sent, window_refill, window_size
 
 
 def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
@@ -51,12 +54,13 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
         elif item.status != ItemStatus.QUEUED:
             return f"item is {item.status}", None, None
         checkpoint = getattr(item, "checkpoint", None)
-        if checkpoint is None:
+        fresh = checkpoint is None
+        if fresh:
             # Only the lease holder creates an item's checkpoint, under the
             # item lock: no race, so no get_or_create (and its savepoint).
-            checkpoint = Checkpoint.objects.create(
-                item=item, task=task, plan_version=PLAN_VERSION, schema_version=SCHEMA_VERSION,
-                input_hash=item.input_hash())
+            # It is written with the lease, below.
+            checkpoint = Checkpoint(item=item, task=task, plan_version=PLAN_VERSION, schema_version=SCHEMA_VERSION,
+                                    input_hash=item.input_hash())
         if checkpoint.schema_version != SCHEMA_VERSION or checkpoint.plan_version not in SUPPORTED_PLAN_VERSIONS:
             reason = (f"item {item.ticket_id}: checkpoint has plan v{checkpoint.plan_version} / schema "
                       f"v{checkpoint.schema_version}; this code runs plan v{PLAN_VERSION} / schema v{SCHEMA_VERSION}")
@@ -73,19 +77,62 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
             item_fail_locked(task, item, kind="input_changed",
                               message="the ticket changed since its checkpoint was written; not continued")
             return "input changed", None, None
-        item.save(update_fields=["lease_token", "lease_owner", "lease_expires_at", "status", "updated_at"])
         if task.status == TaskStatus.QUEUED:
             task.status = TaskStatus.RUNNING
             task.started_at = now
             task.save()
             event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status})
-        event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_STARTED, actor=item.lease_owner,
-                     payload={"attempt": item.attempt, "cursor": checkpoint.cursor,
-                              "plan_version": checkpoint.plan_version,
-                              "schema_version": checkpoint.schema_version, "input_hash": checkpoint.input_hash})
-        # the item left the task's window: top it up (one statement; the jobs go out after commit)
-        window_refill(task.pk)
+        started = Event(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_STARTED, actor=item.lease_owner,
+                        payload={"attempt": item.attempt, "cursor": checkpoint.cursor,
+                                 "plan_version": checkpoint.plan_version,
+                                 "schema_version": checkpoint.schema_version, "input_hash": checkpoint.input_hash})
+        _lease_write(item, checkpoint if fresh else None, started)
         return "", item, checkpoint
+
+
+_LEASE_FIELDS = ("lease_token", "lease_owner", "lease_expires_at", "status", "updated_at")
+
+
+def _lease_write(item: Item, checkpoint: Checkpoint | None, started: Event) -> None:
+    """Inside the lease's transaction, the item locked: take the lease, write
+    the new `checkpoint` (if any) and `started`, and top the task's window up
+    (the item leaves it; the jobs go out after commit) -- on PostgreSQL in one
+    statement, elsewhere in four."""
+    if connection.vendor != "postgresql":
+        if checkpoint is not None:
+            checkpoint.save()
+        item.save(update_fields=list(_LEASE_FIELDS))
+        events_append([started])
+        window_refill(item.task_id)
+        return
+    quote = connection.ops.quote_name
+    item.updated_at = timezone.now()
+    fields = [Item._meta.get_field(name) for name in _LEASE_FIELDS]
+    ctes = [f"i AS (UPDATE {quote(Item._meta.db_table)} SET {', '.join(f'{quote(f.column)} = %s' for f in fields)} "
+            f"WHERE id = %s RETURNING id)"]
+    params = [*(f.get_db_prep_save(getattr(item, f.attname), connection) for f in fields), item.pk]
+    columns, rows = _event_rows([started], item.updated_at)
+    ctes.append(f"e AS (INSERT INTO {quote(Event._meta.db_table)} ({columns}) VALUES (%s, %s, %s, %s, %s, %s))")
+    params += rows
+    if checkpoint is not None:
+        ckpt = [f for f in Checkpoint._meta.concrete_fields if not f.primary_key]
+        ctes.append(f"c AS (INSERT INTO {quote(Checkpoint._meta.db_table)} ({', '.join(quote(f.column) for f in ckpt)})"
+                    f" VALUES ({', '.join(['%s'] * len(ckpt))}) RETURNING id)")
+        params += [f.get_db_prep_save(f.pre_save(checkpoint, True), connection) for f in ckpt]
+    refill, refill_params = refill_ctes(item.task_id, window_size(), leaving=item.pk)
+    ctes.append(refill.strip())
+    new_id = "(SELECT id FROM c)" if checkpoint is not None else "NULL"
+    sql = (f"WITH {', '.join(ctes)} SELECT {new_id}, (SELECT count(*) FROM i), "
+           f"(SELECT coalesce(json_agg(json_build_array(id, attempt)), '[]') FROM sent)")
+    with connection.cursor() as db:
+        db.execute(sql, [*params, *refill_params])
+        checkpoint_id, leased, sent = db.fetchone()
+    if leased != 1:
+        raise LeaseLost(f"item {item.pk}: gone while its lease was taken")
+    if checkpoint is not None:
+        checkpoint.pk = checkpoint_id
+        checkpoint._state.adding, checkpoint._state.db = False, connection.alias
+    refill_sent([tuple(ref) for ref in (json.loads(sent) if isinstance(sent, str) else sent)])
 
 
 def item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> None:
@@ -304,12 +351,26 @@ def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(
     the `skipped` ones that follow it) and advance the cursor. With `chain`,
     the next effect's intent commits in the same transaction (its fence is
     this phase's: the item is locked, the lease checked). False when the task
-    stopped (paused, suspended, cancelled) and the item was handed back."""
-    with transaction.atomic():
-        cursor, outputs = record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step,
-                                       fenced=True)
-        stopped = stop_if_task_stopped(run)
-        if chain is not None and not stopped:
-            run.chained = (chain, *intent_record(chain))
+    stopped (paused, suspended, cancelled) and the item was handed back.
+
+    Without `chain`, on PostgreSQL, the recovery point is one statement
+    (`checkpoint_advance_fenced`) and commits by itself: no BEGIN and COMMIT
+    round trips around it (a big output's blob, stored before it, is
+    content-addressed: one the statement then does not refer to is harmless)."""
+    steps = [*run.pending, (step, output), *skipped]
+    if chain is None and connection.vendor == "postgresql":
+        cursor, outputs = record_steps(run, steps, tool_calls, tool_step=step, fenced=True)
+        stopped = False
+        if run.task_status not in ACTIVE_TASK_STATUSES:
+            with transaction.atomic():  # hand the item back under its lock, as the phase would have
+                run.cursor, run.outputs = cursor, outputs
+                hold(run)
+                stopped = stop_if_task_stopped(run)
+    else:
+        with transaction.atomic():
+            cursor, outputs = record_steps(run, steps, tool_calls, tool_step=step, fenced=True)
+            stopped = stop_if_task_stopped(run)
+            if chain is not None and not stopped:
+                run.chained = (chain, *intent_record(chain))
     run.cursor, run.outputs, run.pending = cursor, outputs, []
     return not stopped
