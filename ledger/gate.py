@@ -51,6 +51,27 @@ class GateResult:
     blocked: str = ""  # "", "duplicate", "conflict" or "fenced" (the caller lost its claim meanwhile)
 
 
+@dataclass(frozen=True)
+class Fence:
+    """A caller's fence as one SQL condition as well as a check. On
+    PostgreSQL the gate folds `condition` into its own statement for each
+    phase -- the phase is then one statement in autocommit, no transaction
+    block -- and runs `check()` (which raises `Fenced`) wherever it cannot.
+    `condition` must lock what it reads (`FOR NO KEY UPDATE`), as the check
+    does, so that the claim cannot change until the statement commits."""
+
+    condition: str
+    params: tuple
+    check: Callable[[], None]
+
+    def __call__(self) -> None:
+        self.check()
+
+
+def _folds(fence) -> bool:
+    return isinstance(fence, Fence) and connection.vendor == "postgresql"
+
+
 def canonical_json(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -95,38 +116,46 @@ def record_transition(effect: Effect, from_state: str, event: str, *, actor: str
 
 
 def write_with_transition(sql: str, params: list, effect: Effect, from_state: str, event: str, *, actor: str,
-                          note: str) -> bool:
+                          note: str, held: Fence | None = None) -> tuple | None:
     """Run `sql` -- an INSERT or an UPDATE of the row of `effect` (`effect`
     holding the row as it will be), ending in `RETURNING id` -- and, if it
     wrote the row, append its transition: on PostgreSQL in the same statement
     (a data-modifying WITH: one round trip, not two), elsewhere with
-    `record_transition`. False when it wrote nothing."""
+    `record_transition`. Returns the row written (its id first), or None.
+
+    `held` (PostgreSQL): a fence evaluated first, as the CTE `f` (`sql` may
+    refer to `(SELECT held FROM f)`: that makes the fence's lock come before
+    the row's), its answer returned second."""
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
         if row is None:
-            return False
+            return None
         effect.pk = row[0]
         record_transition(effect, from_state, event, actor=actor, note=note)
-        return True
+        return row
     quote = connection.ops.quote_name
     snapshot = {k: v for k, v in effect.snapshot().items() if k != "effect_id"}  # the id comes from the row
     columns = ", ".join(quote(c) for c in ("effect_id", "event", "from_state", "to_state", "actor", "note",
                                            "snapshot", "at"))
-    statement = (f"WITH w AS ({sql}) INSERT INTO {quote(EffectTransition._meta.db_table)} ({columns}) "
+    first, first_params, answer = "", [], ""
+    if held is not None:
+        first, first_params, answer = f"f AS MATERIALIZED (SELECT ({held.condition}) AS held), ", list(held.params), \
+            ", (SELECT held FROM f)"
+    statement = (f"WITH {first}w AS ({sql}) INSERT INTO {quote(EffectTransition._meta.db_table)} ({columns}) "
                  "SELECT w.id, %s, %s, %s, %s, %s, CAST(%s AS jsonb) || jsonb_build_object('effect_id', w.id), %s "
-                 "FROM w RETURNING effect_id")
+                 f"FROM w RETURNING effect_id{answer}")
     with connection.cursor() as cursor:
-        cursor.execute(statement, [*params, event, from_state, effect.state, actor, note[:2000],
+        cursor.execute(statement, [*first_params, *params, event, from_state, effect.state, actor, note[:2000],
                                    json.dumps(snapshot), timezone.now()])
         row = cursor.fetchone()
     if row is None:
-        return False
+        return None
     effect.pk = row[0]
     effect_changed.send(sender=Effect, effect=effect, event=event, actor=actor, note=note, from_state=from_state,
                         recorded=True)
-    return True
+    return row
 
 
 @dataclass(frozen=True)
@@ -209,9 +238,24 @@ def effect_run(
     """
     intent = effect_prepare(action=action, payload=payload, owner_task=owner_task, owner_item=owner_item,
                             owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by)
-    with transaction.atomic():
-        effect, blocked = intent_record(intent, fence)
+    effect, blocked = intent_commit(intent, fence)
     return effect_call(intent, effect, blocked, fence=fence, channel=channel, then=then)
+
+
+def intent_commit(intent: Intent, fence: Callable[[], None] | None = None) -> tuple[Effect, str]:
+    """Phase 1 committed by itself: `intent_record` in a transaction -- or,
+    when the fence folds (a `Fence`, on PostgreSQL), one statement in
+    autocommit: the `intent` row and its transition on the condition of the
+    fence. If that wrote nothing, the fence or a unique index refused it:
+    `intent_record` in a transaction then tells which (the fence raises; a
+    taken key or slot is retried or blocked, as always)."""
+    if _folds(fence):
+        crash_point("before_intent")
+        effect = _insert_intent(intent, timezone.now(), fence)
+        if effect is not None:
+            return effect, ""
+    with transaction.atomic():
+        return intent_record(intent, fence)
 
 
 def effect_call(intent: Intent, effect: Effect, blocked: str = "", *, fence: Callable[[], None] | None = None,
@@ -265,6 +309,12 @@ def intent_record(intent: Intent, fence: Callable[[], None] | None = None) -> tu
 def _phase_outcome(effect: Effect, intent: Intent, result, fence, then, outcome_fence=None) -> bool:
     """Record the call's outcome if the row is still this caller's attempt.
     True when it was and the caller's fence held (so `then` ran)."""
+    if then is None and outcome_fence is None and _folds(fence):
+        row = _record_outcome(effect, intent, result, fence)
+        if row is None:
+            _outcome_not_ours(effect, intent, result)
+            return False
+        return bool(row[1])
     with transaction.atomic():
         held = True
         if fence is not None or outcome_fence is not None:
@@ -279,20 +329,24 @@ def _phase_outcome(effect: Effect, intent: Intent, result, fence, then, outcome_
             raise OutcomeRefused(f"effect {effect.pk}: the caller's fence held but the row is no longer its "
                                  "attempt; nothing of phase 2 is kept")
         if not updated:
-            effect.refresh_from_db()
-            # Our lease was taken over while we were calling: the new owner's
-            # recovery already turned the row into `unknown`. Leave the truth
-            # to reconcile; note what we saw.
-            effect_changed.send(sender=Effect, effect=effect, event="EFFECT_FENCED", actor=intent.lease_token,
-                                note=f"fenced lease token saw {result.state}: {result.error or result.external_ref}",
-                                from_state=effect.state)
+            _outcome_not_ours(effect, intent, result)
             return False
         if held and then is not None:
             then(effect)
         return held
 
 
-def _record_outcome(effect: Effect, intent: Intent, result) -> bool:
+def _outcome_not_ours(effect: Effect, intent: Intent, result) -> None:
+    """Our lease was taken over while we were calling: the new owner's
+    recovery already turned the row into `unknown`. Leave the truth to
+    reconcile; note what we saw."""
+    effect.refresh_from_db()
+    effect_changed.send(sender=Effect, effect=effect, event="EFFECT_FENCED", actor=intent.lease_token,
+                        note=f"fenced lease token saw {result.state}: {result.error or result.external_ref}",
+                        from_state=effect.state)
+
+
+def _record_outcome(effect: Effect, intent: Intent, result, held: Fence | None = None) -> tuple | None:
     """The outcome and its transition, if the row is still `intent` under this
     caller's lease token. The row is then what phase 1 left plus this outcome,
     so it is not read back (one round trip less per effect)."""
@@ -301,19 +355,22 @@ def _record_outcome(effect: Effect, intent: Intent, result) -> bool:
                    answered=result.answered, outcome_at=now, updated_at=now)
     quote = connection.ops.quote_name
     fields = [Effect._meta.get_field(name) for name in outcome]
+    # with a folded fence, its answer is asked for first (the caller's row locked before this one: a take-over's
+    # lock order); the outcome is written whatever it is -- it is the truth
+    first = " AND (SELECT held FROM f) IS NOT NULL" if held is not None else ""
     sql = (f"UPDATE {quote(Effect._meta.db_table)} SET {', '.join(f'{quote(f.column)} = %s' for f in fields)} "
-           f"WHERE {quote('id')} = %s AND {quote('state')} = %s AND {quote('lease_token')} = %s RETURNING id")
+           f"WHERE {quote('id')} = %s AND {quote('state')} = %s AND {quote('lease_token')} = %s{first} RETURNING id")
     params = [f.get_db_prep_save(outcome[f.name], connection) for f in fields]
     before = {name: getattr(effect, name) for name in outcome}
     for name, value in outcome.items():
         setattr(effect, name, value)
-    if write_with_transition(sql, [*params, effect.pk, EffectState.INTENT, intent.lease_token], effect,
-                             EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=intent.lease_token,
-                             note=result.error or result.external_ref):
-        return True
-    for name, value in before.items():
-        setattr(effect, name, value)
-    return False
+    row = write_with_transition(sql, [*params, effect.pk, EffectState.INTENT, intent.lease_token], effect,
+                                EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=intent.lease_token,
+                                note=result.error or result.external_ref, held=held)
+    if row is None:
+        for name, value in before.items():
+            setattr(effect, name, value)
+    return row
 
 
 def _by_slot(slot: str) -> Q:
@@ -325,8 +382,9 @@ def _by_slot(slot: str) -> Q:
     return Q(slot=slot, effect_class__in=SLOTTED_CLASSES)
 
 
-def _insert_intent(intent: Intent, now) -> Effect | None:
-    """The new row, or None when a unique index refused it (its key or its slot is taken)."""
+def _insert_intent(intent: Intent, now, fence: Fence | None = None) -> Effect | None:
+    """The new row, or None when a unique index refused it (its key or its
+    slot is taken) -- or, with a folded `fence`, when the fence did."""
     spec = intent.spec
     effect = Effect(
         idempotency_key=intent.key, slot=intent.slot, action=spec.name, effect_class=spec.effect_class,
@@ -338,10 +396,14 @@ def _insert_intent(intent: Intent, now) -> Effect | None:
     fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
     values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]
     quote = connection.ops.quote_name
+    row_values = f"VALUES ({', '.join(['%s'] * len(fields))})"
+    if fence is not None:  # the fence's lock comes first: the SELECT runs before the insert
+        row_values = f"SELECT {', '.join(['%s'] * len(fields))} WHERE {fence.condition}"
+        values = [*values, *fence.params]
     sql = (f"INSERT INTO {quote(Effect._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-           f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING RETURNING {quote('id')}")
-    if not write_with_transition(sql, values, effect, "", "EFFECT_INTENT", actor=intent.lease_token,
-                                 note=effect.payload_summary):
+           f"{row_values} ON CONFLICT DO NOTHING RETURNING {quote('id')}")
+    if write_with_transition(sql, values, effect, "", "EFFECT_INTENT", actor=intent.lease_token,
+                             note=effect.payload_summary) is None:
         return None
     effect._state.adding, effect._state.db = False, connection.alias
     return effect

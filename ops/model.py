@@ -49,10 +49,15 @@ MODEL_NAME = "SmolLM2-135M"  # what the server serves (--alias) and the UI shows
 BUILD_MINUTES = 5.5  # measured on 2 shared cores
 
 # Only the server target; no web UI download (LLAMA_USE_PREBUILT_UI), no curl
-# (the server never fetches models), static so the binary stands alone.
+# (the server never fetches models), static so the binary stands alone. No
+# AMX: on a CPU that has it (Intel Sapphire Rapids and later), -march=native
+# turns on ggml's AMX kernels, and in a VM whose kernel does not grant the AMX
+# tile state they crash the server at its first computation (SIGSEGV in
+# ggml_backend_amx_mul_mat); AVX-512 does this model's work as well.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 CMAKE_ARGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF",
               "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=ON",
-              "-DBUILD_SHARED_LIBS=OFF")
+              "-DBUILD_SHARED_LIBS=OFF", f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}")
 
 # The serving settings (docs/model-endpoints.md, "Local model"): one slot of
 # 2,048 tokens on 2 threads; the repeat penalty keeps this small model from

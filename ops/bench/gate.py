@@ -20,7 +20,7 @@ from ledger.models import Effect, EffectState, EffectTransition
 from ops.bench.profiling import profile_section
 from ops.bench.results import percentile
 from ticketagent.models import Item, ItemStatus, Task, TaskStatus
-from ticketagent.pipeline.lease import ItemRun, hold
+from ticketagent.pipeline.lease import ItemRun, lease_fence
 
 if TYPE_CHECKING:
     from ops.bench.runner import Bench
@@ -48,7 +48,7 @@ def run(bench: Bench) -> None:
     task, items = _owners(n)
     variants = _variants(run_id, task, items)
     if connection.vendor == "postgresql":  # data-modifying CTEs: PostgreSQL only
-        variants.update(ledger_writes_by_hand(run_id))
+        variants.update(ledger_writes_by_hand(run_id, items))
     times: dict[str, list[float]] = {k: [] for k in variants}
     block = max(min(50, n // 4), 1)
     for fn in variants.values():  # warm-up: connection, caches
@@ -110,9 +110,9 @@ def _variants(run_id: str, task: Task, items: list[Item]) -> dict[str, Callable[
 
     def gate_wired(i: int) -> None:
         item = items[i]
-        run = ItemRun(item=item, token="bench-gate", cursor=0, outputs={})  # the pipeline's fence: lock, read
+        run = ItemRun(item=item, token="bench-gate", cursor=0, outputs={})  # the pipeline's fence, as it passes it
         effect_run(action="notify_customer", payload=payload(i), owner_task=str(task.pk), owner_item=str(item.pk),
-                   owner_step="notify_customer", lease_token="bench-gate", fence=lambda: hold(run), channel=stub)
+                   owner_step="notify_customer", lease_token="bench-gate", fence=lease_fence(run), channel=stub)
 
     return {"floor": floor, "gate": gate_only, "wired": gate_wired}
 
@@ -129,7 +129,9 @@ def _record(bench: Bench, times: dict[str, list[float]], n: int) -> None:
     bench.results.add("2", "per effect: gate as the pipeline calls it (fence + audit) vs floor",
                       f"{med['wired']:.2f} vs {med['floor']:.2f} ms median = **{r2:.2f}×**", "≤ 2.0×", r2 <= 2.0)
     for k, label in (("raw", "reference: the gate's own ledger rows by hand, no ORM, a transaction per phase"),
-                     ("single", "reference: the same rows, one statement per phase (no transaction block)")):
+                     ("single", "reference: the same rows, one statement per phase (no transaction block)"),
+                     ("fenced", "reference: the same, the pipeline's fence folded into each statement (the leased "
+                                "item locked in an `EXISTS`)")):
         if k in med:
             bench.results.add("2", label, f"{med[k]:.2f} vs {med['floor']:.2f} ms median = "
                               f"**{med[k] / med['floor']:.2f}×**")
@@ -138,63 +140,87 @@ def _record(bench: Bench, times: dict[str, list[float]], n: int) -> None:
 TRANSITION_COLUMNS = "effect_id, event, from_state, to_state, actor, note, snapshot, at"
 
 
-def ledger_writes_by_hand(run_id: str) -> dict[str, Callable[[int], None]]:
+def ledger_writes_by_hand(run_id: str, items: list[Item]) -> dict[str, Callable[[int], None]]:
     """Figure 2's reference variants: the rows the gate writes for a new
     effect (the effect, its intent transition; the outcome, its transition)
-    without the ORM -- as the gate does it, one transaction per phase, and as
-    one statement per phase (a data-modifying CTE, which commits by itself);
-    a transition with the row after the change, as the gate's. They tell
-    what the target would take; the product does not use them."""
-    fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
-    qn = connection.ops.quote_name
-    insert = (f"INSERT INTO {qn(Effect._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-              f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id")
-    into = f"INSERT INTO {qn(EffectTransition._meta.db_table)} ({TRANSITION_COLUMNS})"
-    transition = f"{into} VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-    transition_of_e = f"{into} SELECT id, %s, %s, %s, %s, %s, %s, %s FROM e"
-    outcome = (f"UPDATE {qn(Effect._meta.db_table)} SET state = %s, external_ref = %s, last_error = '', "
-               "answered = true, outcome_at = %s, updated_at = %s WHERE id = %s AND state = %s AND lease_token = %s "
-               "RETURNING id")
-
-    def intent_row(kind: str, i: int) -> tuple[list, str]:
-        body = payload(i)
-        p_hash = payload_hash(body)
-        owner = f"bench-{kind}-{run_id}"
-        effect = Effect(
-            idempotency_key=idempotency_key(owner_task=owner, owner_item=f"g{i}", owner_step="notify_customer",
-                                            action="notify_customer", p_hash=p_hash),
-            slot=f"{owner}/g{i}/notify_customer/notify_customer", action="notify_customer", effect_class="once",
-            channel="stub", state=EffectState.INTENT, attempts=1, owner_task=owner, owner_item=f"g{i}",
-            owner_step="notify_customer", lease_token="bench", payload=body, payload_hash=p_hash,
-            payload_summary=summarize(body), intent_at=timezone.now())
-        values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]
-        return values, effect.payload_summary, json.dumps(effect.snapshot())
+    without the ORM -- as the gate does it, one transaction per phase, as
+    one statement per phase (a data-modifying CTE, which commits by itself),
+    and as that with the pipeline's fence folded into each statement; a
+    transition with the row after the change, as the gate's. They tell what
+    the target would take; the product does not use them."""
+    sql = _by_hand_sql()
 
     def by_hand(i: int) -> None:
-        values, summary, snapshot = intent_row("raw", i)
+        values, summary, snapshot = _intent_row("raw", run_id, i)
         with transaction.atomic(), connection.cursor() as cur:
-            cur.execute(insert, values)
+            cur.execute(sql["insert"], values)
             effect_id = cur.fetchone()[0]
-            cur.execute(transition, [effect_id, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary, snapshot,
-                                     timezone.now()])
+            cur.execute(sql["transition"], [effect_id, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary,
+                                            snapshot, timezone.now()])
         with transaction.atomic(), connection.cursor() as cur:
             now = timezone.now()
-            cur.execute(outcome, [EffectState.COMMITTED, "stub-1", now, now, effect_id, EffectState.INTENT, "bench"])
+            cur.execute(sql["outcome"], [EffectState.COMMITTED, "stub-1", now, now, effect_id, EffectState.INTENT,
+                                         "bench"])
             cur.fetchone()
-            cur.execute(transition, [effect_id, "EFFECT_COMMITTED", EffectState.INTENT, EffectState.COMMITTED, "bench",
-                                     "stub-1", snapshot, now])
+            cur.execute(sql["transition"], [effect_id, "EFFECT_COMMITTED", EffectState.INTENT, EffectState.COMMITTED,
+                                            "bench", "stub-1", snapshot, now])
 
-    def one_statement(i: int) -> None:
-        values, summary, snapshot = intent_row("single", i)
+    def one_statement(i: int, kind: str = "single", fence: tuple = ()) -> None:
+        values, summary, snapshot = _intent_row(kind, run_id, i)
+        insert, outcome = (sql["insert_fenced"], sql["outcome_fenced"]) if fence else (sql["insert"], sql["outcome"])
         with connection.cursor() as cur:
-            cur.execute(f"WITH e AS ({insert}) {transition_of_e} RETURNING effect_id",
-                        [*values, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary, snapshot, timezone.now()])
+            cur.execute(f"WITH e AS ({insert}) {sql['transition_of_e']} RETURNING effect_id",
+                        [*values, *fence, "EFFECT_INTENT", "", EffectState.INTENT, "bench", summary, snapshot,
+                         timezone.now()])
             effect_id = cur.fetchone()[0]
             now = timezone.now()
-            cur.execute(f"WITH e AS ({outcome}) {transition_of_e} RETURNING effect_id",
-                        [EffectState.COMMITTED, "stub-1", now, now, effect_id, EffectState.INTENT, "bench",
+            cur.execute(f"WITH e AS ({outcome}) {sql['transition_of_e']} RETURNING effect_id",
+                        [EffectState.COMMITTED, "stub-1", now, now, effect_id, EffectState.INTENT, "bench", *fence,
                          "EFFECT_COMMITTED", EffectState.INTENT, EffectState.COMMITTED, "bench", "stub-1", snapshot,
                          now])
             cur.fetchone()
 
-    return {"raw": by_hand, "single": one_statement}
+    def fenced(i: int) -> None:
+        one_statement(i, "fenced", (items[i].pk, "bench-gate", ItemStatus.RUNNING))
+
+    return {"raw": by_hand, "single": one_statement, "fenced": fenced}
+
+
+def _by_hand_sql() -> dict[str, str]:
+    fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
+    qn = connection.ops.quote_name
+    columns = ", ".join(qn(f.column) for f in fields)
+    into = f"INSERT INTO {qn(EffectTransition._meta.db_table)} ({TRANSITION_COLUMNS})"
+    outcome = (f"UPDATE {qn(Effect._meta.db_table)} SET state = %s, external_ref = %s, last_error = '', "
+               "answered = true, outcome_at = %s, updated_at = %s WHERE id = %s AND state = %s AND lease_token = %s "
+               "RETURNING id")
+    # the pipeline's fence as one condition: the item still leased to this token, its row locked
+    held = (f"EXISTS (SELECT 1 FROM {qn(Item._meta.db_table)} WHERE id = %s AND lease_token = %s AND status = %s "
+            "FOR NO KEY UPDATE)")
+    return {
+        "insert": f"INSERT INTO {qn(Effect._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))}) "
+                  "RETURNING id",
+        "insert_fenced": f"INSERT INTO {qn(Effect._meta.db_table)} ({columns}) "
+                         f"SELECT {', '.join(['%s'] * len(fields))} WHERE {held} RETURNING id",
+        "transition": f"{into} VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        "transition_of_e": f"{into} SELECT id, %s, %s, %s, %s, %s, %s, %s FROM e",
+        "outcome": outcome,
+        "outcome_fenced": outcome.replace(" RETURNING id", f" AND {held} RETURNING id"),
+    }
+
+
+def _intent_row(kind: str, run_id: str, i: int) -> tuple[list, str, str]:
+    """A new effect's column values, summary and snapshot, as the gate builds them."""
+    body = payload(i)
+    p_hash = payload_hash(body)
+    owner = f"bench-{kind}-{run_id}"
+    effect = Effect(
+        idempotency_key=idempotency_key(owner_task=owner, owner_item=f"g{i}", owner_step="notify_customer",
+                                        action="notify_customer", p_hash=p_hash),
+        slot=f"{owner}/g{i}/notify_customer/notify_customer", action="notify_customer", effect_class="once",
+        channel="stub", state=EffectState.INTENT, attempts=1, owner_task=owner, owner_item=f"g{i}",
+        owner_step="notify_customer", lease_token="bench", payload=body, payload_hash=p_hash,
+        payload_summary=summarize(body), intent_at=timezone.now())
+    fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
+    values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]
+    return values, effect.payload_summary, json.dumps(effect.snapshot())

@@ -17,7 +17,7 @@ from django.db import close_old_connections, connection
 from django.db.models import Subquery
 from django.utils import timezone
 
-from ledger.gate import Fenced
+from ledger.gate import Fence, Fenced
 from ledger.models import Effect
 from ledger.services import effects_mark_unknown
 from ticketagent.eventlog.append import event_append
@@ -176,3 +176,12 @@ def hold(run: ItemRun) -> None:
     if not held:
         raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over")
     run.task_status = held[0].task.status
+
+
+def lease_fence(run: ItemRun) -> Fence:
+    """`hold(run)` as a `Fence` the gate folds into its own statements on
+    PostgreSQL: the item still leased to this worker, its row locked."""
+    item = connection.ops.quote_name(Item._meta.db_table)
+    return Fence(condition=f"EXISTS (SELECT 1 FROM {item} WHERE id = %s AND lease_token = %s AND status = %s "
+                           "FOR NO KEY UPDATE)",
+                 params=(run.item.pk, run.token, ItemStatus.RUNNING), check=lambda: hold(run))

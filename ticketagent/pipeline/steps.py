@@ -5,13 +5,11 @@ ticket, so a re-run builds the same payload, the same key, and is blocked by
 the ledger instead of acting twice.
 """
 
-from django.db import transaction
-
-from ledger.gate import Intent, effect_call, effect_prepare, intent_record
+from ledger.gate import Intent, effect_call, effect_prepare, intent_commit, intent_record
 from ledger.models import Effect, EffectState
 from ticketagent.llm.schemas import Decision, Reply, Triage
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
-from ticketagent.pipeline.lease import ItemRun, LeaseLost, hold, lock_run
+from ticketagent.pipeline.lease import ItemRun, LeaseLost, hold, lease_fence, lock_run
 from ticketagent.pipeline.phases import item_done_fenced, phase_fail, phase_wait, record_steps, stop_if_task_stopped
 from ticketagent.pipeline.tools import item_tools
 from ticketagent.plan import NOT_CHOSEN, STEP_NAMES, STEPS, effect_action, effect_payload
@@ -141,8 +139,7 @@ def run_effect_step(step, run: ItemRun, task: Task):
                                 payload=effect_payload(step, ticket=item_ticket(item), outputs=run.outputs),
                                 owner_task=str(task.pk), owner_item=item.ref, owner_step=step, lease_token=run.token,
                                 authorized_by=authorized)
-        with transaction.atomic():
-            effect, blocked = intent_record(intent, fence=lambda: hold(run))
+        effect, blocked = intent_commit(intent, fence=lease_fence(run))
     skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)
     fence, then = _with_outcome(run, task, step, effect, skipped, after)
     result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence)
