@@ -3,12 +3,12 @@
 from dataclasses import dataclass
 
 from django.core.paginator import Paginator
-from django.db.models import Count, Q
+from django.db.models import Count
 
 from ledger.channels.registry import get_channel
 from ledger.models import Effect, EffectState, EffectTransition
 from ticketagent.eventlog.merged import transition_payload
-from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import AUDIT_EVENTS, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.web.selectors import effects_with_owners
 
 REVIEW_PAGE_SIZE = 50
@@ -133,10 +133,7 @@ def _audit_words(event: Event) -> str:
 def audit_trail(n: int = 30) -> list[Event]:
     """The latest decisions by people and by reconcile: verdicts, approvals, skips and retries of failed items.
     Verdicts are the ledger's transitions (their one record), merged here with the task's events."""
-    decided = (Q(type__in=(EventType.REVIEWED, EventType.EFFECT_RECONCILED, EventType.APPROVED, EventType.REJECTED))
-               | Q(type=EventType.ITEM_SKIPPED, payload__was=ItemStatus.FAILED)
-               | Q(type=EventType.ITEM_REQUEUED, payload__why__startswith="retried by an operator"))
-    events = list(Event.objects.filter(decided).select_related("item", "task")
+    events = list(Event.objects.filter(AUDIT_EVENTS).select_related("item", "task")  # event_audit_idx
                   .only("id", "type", "payload", "actor", "timestamp", "task__id", "task__name",
                         "item__id", "item__ticket_id").order_by("-id")[:n])
     events = sorted([*events, *_verdicts(n)], key=lambda e: e.timestamp, reverse=True)[:n]
