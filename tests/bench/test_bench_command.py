@@ -31,7 +31,7 @@ def test_in_process_sections_print_a_table(settings, tmp_path):
     assert raw["sizes"] == "tiny" and raw["raw"]["dryrun"]["items"] == TINY.dataset_big_task
     if connection.vendor == "postgresql":  # the by-hand references use data-modifying CTEs
         assert "ledger rows by hand" in text and "one statement per phase" in text, text
-        assert set(raw["raw"]["gate"]["median_ms"]) == {"floor", "gate", "wired", "raw", "single"}
+        assert set(raw["raw"]["gate"]["median_ms"]) == {"floor", "gate", "wired", "raw", "single", "fenced"}
 
 
 @pytest.mark.slow
