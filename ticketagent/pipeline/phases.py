@@ -35,6 +35,7 @@ from ticketagent.window import refill_ctes, refill_sent, window_refill, window_s
 
 def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
     now = timezone.now()
+    window = window_size()  # (may ask Redis how many workers there are: not inside the transaction)
     with transaction.atomic():
         task = task_of_item_locked(item_id)  # looked up at each lease; the phases reuse it
         if task is None:
@@ -86,24 +87,24 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
                         payload={"attempt": item.attempt, "cursor": checkpoint.cursor,
                                  "plan_version": checkpoint.plan_version,
                                  "schema_version": checkpoint.schema_version, "input_hash": checkpoint.input_hash})
-        _lease_write(item, checkpoint if fresh else None, started)
+        _lease_write(item, checkpoint if fresh else None, started, window)
         return "", item, checkpoint
 
 
 _LEASE_FIELDS = ("lease_token", "lease_owner", "lease_expires_at", "status", "updated_at")
 
 
-def _lease_write(item: Item, checkpoint: Checkpoint | None, started: Event) -> None:
+def _lease_write(item: Item, checkpoint: Checkpoint | None, started: Event, window: int) -> None:
     """Inside the lease's transaction, the item locked: take the lease, write
-    the new `checkpoint` (if any) and `started`, and top the task's window up
-    (the item leaves it; the jobs go out after commit) -- on PostgreSQL in one
-    statement, elsewhere in four."""
+    the new `checkpoint` (if any) and `started`, and top the task's window of
+    `window` jobs up (the item leaves it; the jobs go out after commit) --
+    on PostgreSQL in one statement, elsewhere in four."""
     if connection.vendor != "postgresql":
         if checkpoint is not None:
             checkpoint.save()
         item.save(update_fields=list(_LEASE_FIELDS))
         events_append([started])
-        window_refill(item.task_id)
+        window_refill(item.task_id, size=window)
         return
     quote = connection.ops.quote_name
     item.updated_at = timezone.now()
@@ -119,7 +120,7 @@ def _lease_write(item: Item, checkpoint: Checkpoint | None, started: Event) -> N
         ctes.append(f"c AS (INSERT INTO {quote(Checkpoint._meta.db_table)} ({', '.join(quote(f.column) for f in ckpt)})"
                     f" VALUES ({', '.join(['%s'] * len(ckpt))}) RETURNING id)")
         params += [f.get_db_prep_save(f.pre_save(checkpoint, True), connection) for f in ckpt]
-    refill, refill_params = refill_ctes(item.task_id, window_size(), leaving=item.pk)
+    refill, refill_params = refill_ctes(item.task_id, window, leaving=item.pk)
     ctes.append(refill.strip())
     new_id = "(SELECT id FROM c)" if checkpoint is not None else "NULL"
     sql = (f"WITH {', '.join(ctes)} SELECT {new_id}, (SELECT count(*) FROM i), "
