@@ -180,8 +180,10 @@ def hold(run: ItemRun) -> None:
 
 def lease_fence(run: ItemRun) -> Fence:
     """`hold(run)` as a `Fence` the gate folds into its own statements on
-    PostgreSQL: the item still leased to this worker, its row locked."""
+    PostgreSQL (and the condition a step's checkpoint update moves on): the
+    item still leased to this worker, its row locked where the database
+    locks rows."""
     item = connection.ops.quote_name(Item._meta.db_table)
-    return Fence(condition=f"EXISTS (SELECT 1 FROM {item} WHERE id = %s AND lease_token = %s AND status = %s "
-                           "FOR NO KEY UPDATE)",
+    lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else ""
+    return Fence(condition=f"EXISTS (SELECT 1 FROM {item} WHERE id = %s AND lease_token = %s AND status = %s{lock})",
                  params=(run.item.pk, run.token, ItemStatus.RUNNING), check=lambda: hold(run))

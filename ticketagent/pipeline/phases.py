@@ -23,6 +23,7 @@ from ticketagent.pipeline.lease import (
     hold,
     item_take_over,
     lease_deadline,
+    lease_fence,
     lock_held,
     release,
     task_of_item_locked,
@@ -287,15 +288,13 @@ def checkpoint_advance_fenced(run: ItemRun, cursor: int, outputs: dict, events: 
     locked (FOR NO KEY UPDATE, as `hold` does) -- append the events if it moved, and
     read the task's status (as `hold` does). Raises LeaseLost otherwise."""
     quote = connection.ops.quote_name
-    lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else ""
+    fence = lease_fence(run)
     now = timezone.now()
     prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
     advance = (f"UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "
-               f"WHERE item_id = %s AND cursor = %s AND EXISTS (SELECT 1 FROM {quote(Item._meta.db_table)} "
-               f"WHERE id = %s AND lease_token = %s AND status = %s{lock}) RETURNING 1")
+               f"WHERE item_id = %s AND cursor = %s AND {fence.condition} RETURNING 1")
     params = [cursor, prep["step_outputs"].get_db_prep_save(outputs, connection),
-              prep["updated_at"].get_db_prep_save(now, connection), run.item.pk, run.cursor,
-              run.item.pk, run.token, ItemStatus.RUNNING]
+              prep["updated_at"].get_db_prep_save(now, connection), run.item.pk, run.cursor, *fence.params]
     status = f"SELECT status FROM {quote(Task._meta.db_table)} WHERE id = %s"
     if connection.vendor == "postgresql" and events:
         columns, rows = _event_rows(events, now)
