@@ -11,7 +11,7 @@
 #   make coverage     branch coverage of the ledger (tests/ledger, tests/agent,
 #                     tests/helpdesks; worker and other child processes
 #                     included); fails when the gate's core is < 98%
-#   make mutation     cosmic-ray over ledger/gate.py and ledger/services.py
+#   make mutation     cosmic-ray over ledger/gate.py, ledger/statements.py and ledger/services.py
 #                     (long: run it in the background; docs/testing.md)
 #   make lint         ruff check . and make structure
 #   make structure    module and function sizes, private imports, import cycles

@@ -6,8 +6,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.channels.registry import get_channel
-from ledger.gate import record_transition
 from ledger.models import Effect, EffectState, ResolvedBy, Verdict
+from ledger.statements import record_transition
 
 # Extra time past a channel's own timeouts before an unknown effect is
 # reconciled: a call made by a worker that is still alive (an orphaned

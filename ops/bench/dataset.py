@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
-from ledger.gate import idempotency_key, payload_hash, slot_for, summarize
+from ledger.keys import idempotency_key, payload_hash, slot_for, summarize
 from ledger.models import Effect
 from ops.bench.sizes import Sizes
 from ops.samples import SUBJECTS

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from ledger.actions import ActionSpec
 from ledger.channels.base import CallResult, Channel
-from ledger.gate import effect_run, idempotency_key, payload_hash, summarize
+from ledger.gate import effect_run
+from ledger.keys import idempotency_key, payload_hash, summarize
 from ledger.models import Effect, EffectState, EffectTransition
 from ops.bench.profiling import profile_section
 from ops.bench.results import percentile

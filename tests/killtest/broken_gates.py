@@ -7,7 +7,8 @@ from django.utils import timezone
 from ledger.actions import action_spec
 from ledger.channels.registry import get_channel
 from ledger.faults import crash_point
-from ledger.gate import GateResult, idempotency_key, payload_hash, slot_for, summarize
+from ledger.gate import GateResult
+from ledger.keys import idempotency_key, payload_hash, slot_for, summarize
 from ledger.models import Effect, EffectState
 
 

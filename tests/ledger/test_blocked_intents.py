@@ -5,7 +5,7 @@ already held -- the key for a duplicate, the slot for a conflict."""
 
 import pytest
 
-from ledger.gate import payload_hash
+from ledger.keys import payload_hash
 from ledger.models import BlockedDuplicate, EffectState
 from ledger.signals import effect_changed
 

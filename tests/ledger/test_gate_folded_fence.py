@@ -1,4 +1,4 @@
-"""A fence the gate folds into its own statements (`ledger.gate.Fence`): on
+"""A fence the gate folds into its own statements (`ledger.statements.Fence`): on
 PostgreSQL each phase is then one statement in autocommit, and it keeps the
 promises of a fence that is a check: nothing is attempted once the claim is
 lost at the intent, and an outcome seen after the claim was lost is recorded
@@ -7,8 +7,9 @@ lost at the intent, and an outcome seen after the claim was lost is recorded
 import pytest
 from django.db import connection
 
-from ledger.gate import Fence, Fenced
+from ledger.gate import Fenced
 from ledger.models import BlockedDuplicate, Effect, EffectState, EffectTransition
+from ledger.statements import Fence
 from tests.factories import make_task
 from ticketagent.models import Item, ItemStatus
 from ticketagent.pipeline.lease import ItemRun, lease_fence

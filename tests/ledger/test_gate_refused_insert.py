@@ -122,7 +122,7 @@ class TestARefusalWithNoRowToShow:
         def refused(intent, now):
             return None  # ON CONFLICT DO NOTHING inserted nothing, as for a constraint the gate does not know
 
-        monkeypatch.setattr(gate, "_insert_intent", refused)
+        monkeypatch.setattr(gate, "insert_intent", refused)
         with pytest.raises(IntegrityError, match="holds no row with its key or slot"):
             run_notify(action=action, step=action)
         assert Effect.objects.count() == 0 and EffectTransition.objects.count() == 0

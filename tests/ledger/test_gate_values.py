@@ -9,7 +9,8 @@ import hashlib
 import pytest
 
 from ledger.actions import action_spec
-from ledger.gate import GateResult, Intent, payload_hash
+from ledger.gate import GateResult
+from ledger.keys import Intent, payload_hash
 from ledger.models import Effect
 
 from .helpers import NOTIFY

@@ -5,7 +5,7 @@ shows as text. Payloads arrive as decoded JSON (persisted step outputs)."""
 
 import json
 
-from ledger.gate import summarize
+from ledger.keys import summarize
 
 
 def decoded(payload: dict) -> dict:

@@ -17,9 +17,10 @@ from django.db import close_old_connections, connection
 from django.db.models import Subquery
 from django.utils import timezone
 
-from ledger.gate import Fence, Fenced
+from ledger.gate import Fenced
 from ledger.models import Effect
 from ledger.services import effects_mark_unknown
+from ledger.statements import Fence
 from ticketagent.eventlog.append import event_append
 from ticketagent.models import ENDED_ITEM_STATUSES, EventType, Item, ItemStatus, Task
 

@@ -12,7 +12,8 @@ import json
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ledger.gate import Intent, canonical_json, intent_record
+from ledger.gate import intent_record
+from ledger.keys import Intent, canonical_json
 from ticketagent.eventlog.append import blobs_put, event_append, events_append
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.schemas import SCHEMA_VERSION
@@ -241,13 +242,10 @@ def item_done_fenced(task: Task, item_id: int) -> None:
 INLINE_OUTPUT_CHARS = 2000
 
 
-def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=(), fenced=False
-                 ) -> tuple[int, dict]:
-    """Inside a phase holding the item (or, `fenced`, a phase whose checkpoint
-    update is its fence): persist step outputs and advance the cursor, one
-    event each (the tool calls belong to `tool_step`, by default the last
-    step; `extra` events follow in the same INSERT). Returns the new (cursor,
-    outputs)."""
+def step_events(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "") -> tuple[int, dict, list[Event]]:
+    """The new (cursor, outputs) after `steps` and their events, one each (the
+    tool calls belong to `tool_step`, by default the last step); a big
+    output is stored as a blob first and referenced."""
     task_id, item_id = run.item.task_id, run.item.pk
     outputs, cursor = dict(run.outputs), run.cursor
     tool_step = tool_step or steps[-1][0]
@@ -268,17 +266,48 @@ def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", ext
     if big:
         for (payload, _), ref in zip(big, blobs_put([output for _, output in big]), strict=True):
             payload["output_ref"] = ref
+    return cursor, outputs, events
+
+
+def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=(), fenced=False
+                 ) -> tuple[int, dict]:
+    """Inside a phase holding the item (or, `fenced`, a phase whose checkpoint
+    update is its fence): persist step outputs and advance the cursor, one
+    event each (`step_events`; `extra` events follow in the same INSERT).
+    Returns the new (cursor, outputs)."""
+    cursor, outputs, events = step_events(run, steps, tool_calls, tool_step=tool_step)
     if fenced:
         checkpoint_advance_fenced(run, cursor, outputs, [*events, *extra])
         return cursor, outputs
     events_append([*events, *extra])
     # No read first: the checkpoint is ours, and the cursor we know is the
     # condition (anything else moved it: stop).
-    moved = Checkpoint.objects.filter(item_id=item_id, cursor=run.cursor).update(
+    moved = Checkpoint.objects.filter(item_id=run.item.pk, cursor=run.cursor).update(
         cursor=cursor, step_outputs=outputs, updated_at=timezone.now())
     if moved != 1:
-        raise LeaseLost(f"item {item_id}: its checkpoint is not at cursor {run.cursor}")
+        raise LeaseLost(f"item {run.item.pk}: its checkpoint is not at cursor {run.cursor}")
     return cursor, outputs
+
+
+def checkpoint_ctes(run: ItemRun, cursor: int, outputs: dict, events: list[Event], *, when: str, when_params=()
+                    ) -> tuple[str, list]:
+    """For a statement on PostgreSQL: `cp`, the checkpoint moved from the
+    cursor we know to `cursor` if `when` (SQL) holds, and `ev`, `events`
+    appended if it moved; as CTEs (comma-joined) and their parameters."""
+    quote = connection.ops.quote_name
+    now = timezone.now()
+    prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
+    sql = (f"cp AS (UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "
+           f"WHERE item_id = %s AND cursor = %s AND {when} RETURNING 1)")
+    params = [cursor, prep["step_outputs"].get_db_prep_save(outputs, connection),
+              prep["updated_at"].get_db_prep_save(now, connection), run.item.pk, run.cursor, *when_params]
+    if events:
+        columns, rows = _event_rows(events, now)
+        sql += (f", ev AS (INSERT INTO {quote(Event._meta.db_table)} ({columns}) "
+                f"SELECT * FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(events))}) AS v "
+                f"WHERE EXISTS (SELECT 1 FROM cp))")
+        params += rows
+    return sql, params
 
 
 def checkpoint_advance_fenced(run: ItemRun, cursor: int, outputs: dict, events: list[Event]) -> None:
@@ -289,22 +318,17 @@ def checkpoint_advance_fenced(run: ItemRun, cursor: int, outputs: dict, events: 
     read the task's status (as `hold` does). Raises LeaseLost otherwise."""
     quote = connection.ops.quote_name
     fence = lease_fence(run)
-    now = timezone.now()
-    prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
-    advance = (f"UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "
-               f"WHERE item_id = %s AND cursor = %s AND {fence.condition} RETURNING 1")
-    params = [cursor, prep["step_outputs"].get_db_prep_save(outputs, connection),
-              prep["updated_at"].get_db_prep_save(now, connection), run.item.pk, run.cursor, *fence.params]
     status = f"SELECT status FROM {quote(Task._meta.db_table)} WHERE id = %s"
-    if connection.vendor == "postgresql" and events:
-        columns, rows = _event_rows(events, now)
-        sql = (f"WITH cp AS ({advance}), ev AS (INSERT INTO {quote(Event._meta.db_table)} ({columns}) "
-               f"SELECT * FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(events))}) AS v "
-               f"WHERE EXISTS (SELECT 1 FROM cp)) SELECT ({status}) FROM cp")
-        params = [*params, *rows, run.item.task_id]
+    if connection.vendor == "postgresql":
+        ctes, params = checkpoint_ctes(run, cursor, outputs, events, when=fence.condition, when_params=fence.params)
+        sql, params = f"WITH {ctes} SELECT ({status}) FROM cp", [*params, run.item.task_id]
     else:
-        sql = f"{advance[:-len('RETURNING 1')]}RETURNING ({status})"
-        params = [*params, run.item.task_id]
+        prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
+        sql = (f"UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "
+               f"WHERE item_id = %s AND cursor = %s AND {fence.condition} RETURNING ({status})")
+        params = [cursor, prep["step_outputs"].get_db_prep_save(outputs, connection),
+                  prep["updated_at"].get_db_prep_save(timezone.now(), connection), run.item.pk, run.cursor,
+                  *fence.params, run.item.task_id]
     with connection.cursor() as db:
         db.execute(sql, params)
         row = db.fetchone()

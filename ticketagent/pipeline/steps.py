@@ -5,12 +5,25 @@ ticket, so a re-run builds the same payload, the same key, and is blocked by
 the ledger instead of acting twice.
 """
 
-from ledger.gate import Intent, effect_call, effect_prepare, intent_commit, intent_record
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ledger.gate import effect_call, effect_prepare, intent_commit, intent_record
+from ledger.keys import Intent
 from ledger.models import Effect, EffectState
+from ledger.statements import Rider, announce, intent_ctes
 from ticketagent.llm.schemas import Decision, Reply, Triage
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseLost, hold, lease_fence, lock_run
-from ticketagent.pipeline.phases import item_done_fenced, phase_fail, phase_wait, record_steps, stop_if_task_stopped
+from ticketagent.pipeline.phases import (
+    checkpoint_ctes,
+    item_done_fenced,
+    phase_fail,
+    phase_wait,
+    record_steps,
+    step_events,
+    stop_if_task_stopped,
+)
 from ticketagent.pipeline.tools import item_tools
 from ticketagent.plan import NOT_CHOSEN, STEP_NAMES, STEPS, effect_action, effect_payload
 from ticketagent.services.tasks import task_locked
@@ -142,9 +155,12 @@ def run_effect_step(step, run: ItemRun, task: Task):
         effect, blocked = intent_commit(intent, fence=lease_fence(run))
     skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)
     fence, then = _with_outcome(run, task, step, effect, skipped, after)
-    result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence)
+    fold = _folded_outcome(run, task, step, effect, skipped, after)
+    result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence, fold=fold)
     if result.blocked == "fenced":
         raise LeaseLost(f"item {run.item.pk}: fenced while calling {step}")
+    if result.answers is not None:
+        return _after_folded(run, fold, result.answers)
     if then.recorded:
         return RECORDED
     return _gate_answer(step, run, result)
@@ -190,6 +206,60 @@ def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: 
 
     then.recorded = None
     return fence, then
+
+
+def _folded_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None):
+    """Phase 2 as one statement (the gate's `fold`), for a committed call
+    with a step after it: the outcome; on the condition that it was written
+    and the lease held (`ok`), the step's recovery point (`cp`, `ev`) and,
+    if the task is still active, the next effect's intent (chained); the
+    task's status read. The item's end, and every other outcome, go through
+    the transaction of `_with_outcome`."""
+    next_intent = chain_intent(run, task, after, run.outputs)
+
+    def fold(result):
+        if result.state != EffectState.COMMITTED or after is None:
+            return None
+        summary = {"effect_id": effect.pk, "key": effect.idempotency_key, "state": result.state,
+                   "external_ref": result.external_ref[:200]}
+        cursor, outputs, events = step_events(run, [*run.pending, (step, summary), *skipped])
+        ctes, params = checkpoint_ctes(run, cursor, outputs, events, when="EXISTS (SELECT 1 FROM ok)")
+        tasks = connection.ops.quote_name(Task._meta.db_table)
+        ctes += f", ts AS (SELECT status FROM {tasks} WHERE id = %s)"
+        params.append(task.pk)
+        answers = "(SELECT count(*) FROM cp), (SELECT status FROM ts)"
+        fold.landed = (cursor, outputs, None, None)
+        if next_intent is not None:
+            active = ", ".join(["%s"] * len(ACTIVE_TASK_STATUSES))
+            sql, intent_params, chained = intent_ctes(
+                next_intent, timezone.now(), name="ni",
+                when=f"EXISTS (SELECT 1 FROM cp) AND (SELECT status FROM ts) IN ({active})",
+                when_params=ACTIVE_TASK_STATUSES)
+            ctes, answers, params = f"{ctes}, {sql}", f"{answers}, (SELECT id FROM ni)", [*params, *intent_params]
+            fold.landed = (cursor, outputs, next_intent, chained)
+        return lease_fence(run), Rider(ctes=ctes, params=params, answers=answers)
+
+    return fold
+
+
+def _after_folded(run: ItemRun, fold, answers: tuple):
+    """After a folded phase 2 committed: move on, as `_with_outcome`'s `then` does."""
+    moved, status, *chained_id = answers
+    if not moved:
+        raise LeaseLost(f"item {run.item.pk}: its checkpoint is not at cursor {run.cursor}")
+    run.cursor, run.outputs, next_intent, chained = fold.landed
+    run.pending, run.task_status = [], status
+    if status not in ACTIVE_TASK_STATUSES:
+        with transaction.atomic():  # hand the item back under its lock, as the phase would have
+            hold(run)
+            run.stopped = stop_if_task_stopped(run)
+    elif chained is not None and chained_id[0] is not None:
+        chained.pk = chained_id[0]
+        chained._state.adding, chained._state.db = False, connection.alias
+        announce(chained, "EFFECT_INTENT", actor=next_intent.lease_token, note=chained.payload_summary,
+                 from_state="")
+        run.chained = (next_intent, chained, "")
+    return RECORDED
 
 
 def _gate_answer(step: str, run: ItemRun, result):
