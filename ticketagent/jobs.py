@@ -28,8 +28,23 @@ def job_id(item_id: int, attempt: int) -> str:
     return f"item-{item_id}-a{attempt}"
 
 
+# One queue per process and configuration. django_rq builds a new Redis client
+# -- a new connection pool -- on every call, so a worker opened a connection
+# (and its handshake) for every window top-up; a kept pool reuses it. A
+# connection a Redis restart closed is replaced when the pool hands it out,
+# and a forked process gets a pool of its own (redis-py checks the pid).
+_QUEUES: dict[tuple, object] = {}
+
+
 def get_queue():
-    return django_rq.get_queue(settings.RQ_QUEUE)
+    name = settings.RQ_QUEUE
+    key = (name, repr(settings.RQ_QUEUES.get(name)))
+    queue = _QUEUES.get(key)
+    if queue is None:
+        if len(_QUEUES) > 16:  # (tests change the configuration; a process keeps one)
+            _QUEUES.clear()
+        queue = _QUEUES[key] = django_rq.get_queue(name)
+    return queue
 
 
 def enqueue_items(refs: list[tuple[int, int]], *, strict: bool = False) -> int:

@@ -160,3 +160,20 @@ def test_with_redis_down_the_items_wait_in_the_database_and_the_sweep_sends_them
     recover_once()
     assert len(waiting_job_ids(task)) == WINDOW
     assert task.items.filter(enqueued_at__isnull=False).count() == WINDOW
+
+
+def test_the_queue_keeps_one_redis_connection_and_replaces_one_redis_closed(queue):
+    """A worker sends jobs at every lease: over one kept connection, not a new one (and its handshake) each
+    time; a connection Redis closed (a restart, a kill) is replaced on the next send."""
+    import redis
+
+    assert jobs.get_queue() is jobs.get_queue()
+    conn = jobs.get_queue().connection
+    first = conn.client_id()
+    assert jobs.enqueue_items([(10**9, 1)]) == 1
+    assert conn.client_id() == first
+    kwargs = conn.connection_pool.connection_kwargs
+    other = redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs["db"])
+    assert other.client_kill_filter(_id=first) == 1
+    assert jobs.enqueue_items([(10**9 + 1, 1)]) == 1  # no error: the pool reconnected
+    assert conn.client_id() != first
