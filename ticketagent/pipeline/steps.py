@@ -154,8 +154,9 @@ def run_effect_step(step, run: ItemRun, task: Task):
                                 authorized_by=authorized)
         effect, blocked = intent_commit(intent, fence=lease_fence(run))
     skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)
-    fence, then = _with_outcome(run, task, step, effect, skipped, after)
-    fold = _folded_outcome(run, task, step, effect, skipped, after)
+    next_intent = chain_intent(run, task, after, run.outputs)
+    fence, then = _with_outcome(run, task, step, effect, skipped, after, next_intent)
+    fold = _folded_outcome(run, task, step, effect, skipped, after, next_intent)
     result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence, fold=fold)
     if result.blocked == "fenced":
         raise LeaseLost(f"item {run.item.pk}: fenced while calling {step}")
@@ -166,7 +167,8 @@ def run_effect_step(step, run: ItemRun, task: Task):
     return _gate_answer(step, run, result)
 
 
-def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None):
+def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None,
+                  next_intent: Intent | None):
     """Phase 2's fence and `then`. When the call committed, the fence is the
     step's recovery point (and the unchosen steps after it): the checkpoint
     moves on the condition of the lease, which locks the item (one statement
@@ -174,7 +176,6 @@ def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: 
     locked first: the lock order everywhere), else the next effect's intent
     (chained). Any other outcome records no step: the fence only holds the
     item (and the task, for the last step, whose failure or wait follows)."""
-    next_intent = chain_intent(run, task, after, run.outputs)
     done = []
 
     def fence(result) -> None:
@@ -208,14 +209,14 @@ def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: 
     return fence, then
 
 
-def _folded_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None):
+def _folded_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None,
+                    next_intent: Intent | None):
     """Phase 2 as one statement (the gate's `fold`), for a committed call
     with a step after it: the outcome; on the condition that it was written
     and the lease held (`ok`), the step's recovery point (`cp`, `ev`) and,
     if the task is still active, the next effect's intent (chained); the
     task's status read. The item's end, and every other outcome, go through
     the transaction of `_with_outcome`."""
-    next_intent = chain_intent(run, task, after, run.outputs)
 
     def fold(result):
         if result.state != EffectState.COMMITTED or after is None:
