@@ -47,8 +47,9 @@ def get_queue():
     return queue
 
 
-def enqueue_items(refs: list[tuple[int, int]], *, strict: bool = False) -> int:
-    """Enqueue the (item id, attempt) pairs that have no job yet, in one Redis pipeline; returns how many.
+def enqueue_items(refs: list[tuple[int, int]], *, strict: bool = False, front: bool = False) -> int:
+    """Enqueue the (item id, attempt) pairs that have no job yet, in one Redis pipeline; returns how many
+    (`front`: ahead of the jobs already waiting, in the order given).
 
     Redis is transport, not truth: if it is down, the items stay `queued` in
     the database and the recovery sweep enqueues them when it is back
@@ -65,11 +66,11 @@ def enqueue_items(refs: list[tuple[int, int]], *, strict: bool = False) -> int:
         if not refs:
             return 0
         with queue.connection.pipeline() as pipe:
-            queue.enqueue_many([
+            queue.enqueue_many([  # pushed one by one: to the front, the last first
                 queue.prepare_data(JOB_FUNCTION, (item_id, attempt), job_id=job_id(item_id, attempt),
-                                   result_ttl=3600, failure_ttl=24 * 3600,
+                                   result_ttl=3600, failure_ttl=24 * 3600, at_front=front,
                                    description=f"item {item_id} attempt {attempt}")
-                for item_id, attempt in refs], pipeline=pipe)
+                for item_id, attempt in (reversed(refs) if front else refs)], pipeline=pipe)
             pipe.execute()
     except Exception as exc:  # noqa: BLE001 - redis down: the sweep re-enqueues
         if strict:

@@ -4,9 +4,11 @@ A task does not send all its items to Redis at once. At most a window of
 its queued items has a job waiting (`enqueued_at` set); the others wait in
 the database (`enqueued_at` null) and are sent as items start: the
 worker that takes an item's lease tops its task's window up in the same
-transaction, and so does the recovery sweep for every active task. One FIFO queue thus interleaves tasks: a
-small task uploaded behind a big one waits for at most a window of the big
-one's items, not for all of them; and cancelling a task withdraws at most
+transaction, and so does the recovery sweep for every active task. One FIFO queue thus interleaves tasks, and
+a new task's first window goes to the front of it: a small task uploaded
+behind a big one starts at the next free worker and then shares the
+workers with it, instead of waiting for all of its items (or a window of
+them); and cancelling a task withdraws at most
 a window of jobs. Picking the items and marking them is one statement
 (`FOR NO KEY UPDATE SKIP LOCKED`: two refills never pick the same item), the jobs
 go out in one Redis pipeline after it.
@@ -55,11 +57,12 @@ def refill_ctes(task_id: int, size: int, *, leaving: int = 0) -> tuple[str, list
     return sql, params
 
 
-def refill_sent(refs: list[tuple[int, int]]) -> None:
-    """The jobs of items a refill marked sent go out once its transaction commits."""
+def refill_sent(refs: list[tuple[int, int]], *, front: bool = False) -> None:
+    """The jobs of items a refill marked sent go out once its transaction
+    commits (`front`: ahead of the jobs already waiting, in their order)."""
     if refs:
         refs = sorted(refs)
-        transaction.on_commit(lambda: _send(refs))
+        transaction.on_commit(lambda: _send(refs, front))
 
 
 def window_size() -> int:
@@ -76,23 +79,25 @@ def window_size() -> int:
     return max(4, 2 * _workers["count"])
 
 
-def window_refill(task_id: int, *, size: int | None = None) -> int:
+def window_refill(task_id: int, *, size: int | None = None, front: bool = False) -> int:
     """Top the task's window up: mark its oldest waiting items sent and enqueue them.
 
     Returns how many were sent. Outside a transaction it commits at once;
     inside one, the jobs go out after it commits. Nothing is sent for a task
-    that is not active.
+    that is not active. `front`: the jobs go ahead of those already waiting
+    (a new task's first window: it starts at the next free worker, then
+    shares the workers with the tasks already running, refill by refill).
     """
     size = window_size() if size is None else size
     if connection.vendor != "postgresql":
         refs = _pick_portable(task_id, size)
-        refill_sent(refs)
+        refill_sent(refs, front=front)
         return len(refs)
     ctes, params = refill_ctes(task_id, size)
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {ctes} SELECT id, attempt FROM sent", params)
         refs = cursor.fetchall()
-    refill_sent(refs)
+    refill_sent(refs, front=front)
     return len(refs)
 
 
@@ -108,9 +113,9 @@ def _pick_portable(task_id: int, size: int) -> list[tuple[int, int]]:
     return refs
 
 
-def _send(refs: list[tuple[int, int]]) -> None:
+def _send(refs: list[tuple[int, int]], front: bool = False) -> None:
     try:
-        jobs.enqueue_items(refs, strict=True)
+        jobs.enqueue_items(refs, strict=True, front=front)
     except Exception as exc:  # noqa: BLE001 - Redis down: the items wait in the database for the next refill
         log.warning("could not send %d job(s) to Redis; the recovery sweep will: %s", len(refs), exc)
         Item.objects.filter(pk__in=[pk for pk, _ in refs], status=ItemStatus.QUEUED).update(enqueued_at=None)

@@ -40,7 +40,7 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
         event_append(task_id=task.pk, type=EventType.PLANNED, actor=actor, payload={
             "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION, "steps": [s.name for s in STEPS],
         })
-        window_refill(task.pk)
+        window_refill(task.pk, front=True)  # a new task starts at the next free worker
     return task
 
 
