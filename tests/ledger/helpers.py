@@ -1,3 +1,6 @@
+from django.db import connection
+
+from ledger.channels.base import CallResult, Channel
 from ledger.gate import effect_run
 
 NOTIFY = {"ticket": "T-1", "body": {"to": "ann@example.com", "subject": "Re: refund", "body": "Your refund is on its way."}}
@@ -7,3 +10,28 @@ def run_notify(payload=None, *, lease_token="worker-a", item="i1", fence=None, a
                step="notify_customer", then=None, channel=None):
     return effect_run(action=action, payload=payload or NOTIFY, owner_task="t1", owner_item=item,
                       owner_step=step, lease_token=lease_token, fence=fence, then=then, channel=channel)
+
+
+class Answers(Channel):
+    """A helpdesk channel that answers `result` (after running `before`, e.g. a take-over during the call)."""
+
+    name = "helpdesk"
+
+    def __init__(self, result: CallResult, before=None):
+        self.result, self.before = result, before
+
+    def perform(self, spec, payload, key):
+        if self.before is not None:
+            self.before()
+        return self.result
+
+
+class Statements:
+    """The statements run (their first word), and whether each ran inside a transaction block."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, execute, sql, params, many, context):
+        self.seen.append((sql.split()[0], connection.in_atomic_block))
+        return execute(sql, params, many, context)

@@ -14,7 +14,7 @@ from tests.factories import make_task
 from ticketagent.models import Item, ItemStatus
 from ticketagent.pipeline.lease import ItemRun, lease_fence
 
-from .helpers import NOTIFY, run_notify
+from .helpers import NOTIFY, Statements, run_notify
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,17 +25,6 @@ def leased_item(token="worker-a") -> ItemRun:
     Item.objects.filter(pk=item.pk).update(status=ItemStatus.RUNNING, lease_token=token, lease_owner="test")
     item.refresh_from_db()
     return ItemRun(item=item, token=token, cursor=0, outputs={})
-
-
-class Statements:
-    """The statements run, and whether each ran inside a transaction block."""
-
-    def __init__(self):
-        self.seen = []
-
-    def __call__(self, execute, sql, params, many, context):
-        self.seen.append((sql.split()[0], connection.in_atomic_block))
-        return execute(sql, params, many, context)
 
 
 class TestAFoldedFence:

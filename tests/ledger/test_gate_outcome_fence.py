@@ -5,25 +5,13 @@ commit with the outcome or not at all."""
 import pytest
 from django.db import connection, transaction
 
-from ledger.channels.base import CallResult, Channel
+from ledger.channels.base import CallResult
 from ledger.gate import Fenced, OutcomeRefused, effect_call, effect_prepare, intent_record
 from ledger.models import Effect, EffectState, EffectTransition
 
-from .helpers import NOTIFY
+from .helpers import NOTIFY, Answers
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Answers(Channel):
-    name = "helpdesk"
-
-    def __init__(self, result: CallResult, before=None):
-        self.result, self.before = result, before
-
-    def perform(self, spec, payload, key):
-        if self.before is not None:
-            self.before()
-        return self.result
 
 
 def begin(token="worker-a"):

@@ -7,7 +7,7 @@ the truth, whenever the row was still this caller's attempt."""
 import pytest
 from django.db import connection
 
-from ledger.channels.base import CallResult, Channel
+from ledger.channels.base import CallResult
 from ledger.gate import OutcomeRefused, effect_call, effect_prepare, intent_commit
 from ledger.models import Effect, EffectState, EffectTransition
 from ledger.statements import Rider
@@ -15,33 +15,12 @@ from tests.factories import make_task
 from ticketagent.models import Item, ItemStatus
 from ticketagent.pipeline.lease import ItemRun, lease_fence
 
-from .helpers import NOTIFY
+from .helpers import NOTIFY, Answers, Statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MARK = ("m AS (INSERT INTO ledger_effecttransition (effect_id, event, from_state, to_state, actor, note, snapshot, at) "
         "SELECT %s, 'MARK', '', 'intent', '', %s, '{}'::jsonb, now() WHERE EXISTS (SELECT 1 FROM ok) RETURNING id)")
-
-
-class Answers(Channel):
-    name = "helpdesk"
-
-    def __init__(self, result: CallResult, before=None):
-        self.result, self.before = result, before
-
-    def perform(self, spec, payload, key):
-        if self.before is not None:
-            self.before()
-        return self.result
-
-
-class Statements:
-    def __init__(self):
-        self.seen = []
-
-    def __call__(self, execute, sql, params, many, context):
-        self.seen.append((sql.split()[0], connection.in_atomic_block))
-        return execute(sql, params, many, context)
 
 
 def begin(token="worker-a"):
