@@ -9,6 +9,11 @@
             while the caller's fence holds, its own recovery point (`then`)
             commits in the same transaction.
 
+On PostgreSQL each phase may be one statement in autocommit instead: with a
+fence given as SQL (`ledger.statements.Fence`), and in phase 2 with the
+caller's writes riding on the outcome (`Rider`) -- the same rows, the same
+"together or not at all" (`ledger/statements.py` holds the SQL).
+
 A crash between the phases leaves an `intent` row; recovery turns it into
 `unknown` and reconcile or review resolves it. Nothing is ever retried on a
 guess.
