@@ -164,12 +164,20 @@ def insert_intent(intent: Intent, now, fence: Fence | None = None) -> Effect | N
     return effect
 
 
+def intent_written(effect: Effect, intent: Intent, pk: int) -> Effect:
+    """The row of `intent_ctes` once the caller's statement wrote it (its id `pk`): saved, its owner told."""
+    effect.pk = pk
+    effect._state.adding, effect._state.db = False, connection.alias
+    announce(effect, "EFFECT_INTENT", actor=intent.lease_token, note=effect.payload_summary, from_state="")
+    return effect
+
+
 def intent_ctes(intent: Intent, now, *, name: str, when: str, when_params=()) -> tuple[str, list, Effect]:
     """For a caller's statement (PostgreSQL): the `intent` row of `intent`
     and its transition as two CTEs, `name` (returning the new id; no row when
     `when`, with `when_params`, is false or a unique index refused it) and `name`_t. Returns the
-    SQL, its parameters and the row's instance (its id to be set from the
-    answer, and `announce`d)."""
+    SQL, its parameters and the row's instance (`intent_written` once the
+    statement answered its id)."""
     effect, fields, values = intent_row(intent, now)
     transition, transition_params = transition_insert(name, effect, "", "EFFECT_INTENT", actor=intent.lease_token,
                                                       note=effect.payload_summary)

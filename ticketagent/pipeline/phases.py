@@ -289,21 +289,28 @@ def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", ext
     return cursor, outputs
 
 
+def _checkpoint_update(run: ItemRun, cursor: int, outputs: dict, now, when: str, when_params) -> tuple[str, list]:
+    """The UPDATE moving the checkpoint from the cursor we know to `cursor` if `when` (SQL) holds, without its
+    RETURNING, and its parameters."""
+    quote = connection.ops.quote_name
+    prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
+    sql = (f"UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "
+           f"WHERE item_id = %s AND cursor = %s AND {when}")
+    return sql, [cursor, prep["step_outputs"].get_db_prep_save(outputs, connection),
+                 prep["updated_at"].get_db_prep_save(now, connection), run.item.pk, run.cursor, *when_params]
+
+
 def checkpoint_ctes(run: ItemRun, cursor: int, outputs: dict, events: list[Event], *, when: str, when_params=()
                     ) -> tuple[str, list]:
     """For a statement on PostgreSQL: `cp`, the checkpoint moved from the
     cursor we know to `cursor` if `when` (SQL) holds, and `ev`, `events`
     appended if it moved; as CTEs (comma-joined) and their parameters."""
-    quote = connection.ops.quote_name
     now = timezone.now()
-    prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
-    sql = (f"cp AS (UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "
-           f"WHERE item_id = %s AND cursor = %s AND {when} RETURNING 1)")
-    params = [cursor, prep["step_outputs"].get_db_prep_save(outputs, connection),
-              prep["updated_at"].get_db_prep_save(now, connection), run.item.pk, run.cursor, *when_params]
+    update, params = _checkpoint_update(run, cursor, outputs, now, when, when_params)
+    sql = f"cp AS ({update} RETURNING 1)"
     if events:
         columns, rows = _event_rows(events, now)
-        sql += (f", ev AS (INSERT INTO {quote(Event._meta.db_table)} ({columns}) "
+        sql += (f", ev AS (INSERT INTO {connection.ops.quote_name(Event._meta.db_table)} ({columns}) "
                 f"SELECT * FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(events))}) AS v "
                 f"WHERE EXISTS (SELECT 1 FROM cp))")
         params += rows
@@ -316,19 +323,15 @@ def checkpoint_advance_fenced(run: ItemRun, cursor: int, outputs: dict, events: 
     condition that this worker still holds the item's lease -- the item row
     locked (FOR NO KEY UPDATE, as `hold` does) -- append the events if it moved, and
     read the task's status (as `hold` does). Raises LeaseLost otherwise."""
-    quote = connection.ops.quote_name
     fence = lease_fence(run)
-    status = f"SELECT status FROM {quote(Task._meta.db_table)} WHERE id = %s"
+    status = f"SELECT status FROM {connection.ops.quote_name(Task._meta.db_table)} WHERE id = %s"
     if connection.vendor == "postgresql":
         ctes, params = checkpoint_ctes(run, cursor, outputs, events, when=fence.condition, when_params=fence.params)
-        sql, params = f"WITH {ctes} SELECT ({status}) FROM cp", [*params, run.item.task_id]
+        sql = f"WITH {ctes} SELECT ({status}) FROM cp"
     else:
-        prep = {f: Checkpoint._meta.get_field(f) for f in ("step_outputs", "updated_at")}
-        sql = (f"UPDATE {quote(Checkpoint._meta.db_table)} SET cursor = %s, step_outputs = %s, updated_at = %s "
-               f"WHERE item_id = %s AND cursor = %s AND {fence.condition} RETURNING ({status})")
-        params = [cursor, prep["step_outputs"].get_db_prep_save(outputs, connection),
-                  prep["updated_at"].get_db_prep_save(timezone.now(), connection), run.item.pk, run.cursor,
-                  *fence.params, run.item.task_id]
+        update, params = _checkpoint_update(run, cursor, outputs, timezone.now(), fence.condition, fence.params)
+        sql = f"{update} RETURNING ({status})"
+    params = [*params, run.item.task_id]
     with connection.cursor() as db:
         db.execute(sql, params)
         row = db.fetchone()

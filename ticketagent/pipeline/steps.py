@@ -11,7 +11,7 @@ from django.utils import timezone
 from ledger.gate import effect_call, effect_prepare, intent_commit, intent_record
 from ledger.keys import Intent
 from ledger.models import Effect, EffectState
-from ledger.statements import Rider, announce, intent_ctes
+from ledger.statements import Rider, intent_ctes, intent_written
 from ticketagent.llm.schemas import Decision, Reply, Triage
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseLost, hold, lease_fence, lock_run
@@ -255,11 +255,7 @@ def _after_folded(run: ItemRun, fold, answers: tuple):
             hold(run)
             run.stopped = stop_if_task_stopped(run)
     elif chained is not None and chained_id[0] is not None:
-        chained.pk = chained_id[0]
-        chained._state.adding, chained._state.db = False, connection.alias
-        announce(chained, "EFFECT_INTENT", actor=next_intent.lease_token, note=chained.payload_summary,
-                 from_state="")
-        run.chained = (next_intent, chained, "")
+        run.chained = (next_intent, intent_written(chained, next_intent, chained_id[0]), "")
     return RECORDED
 
 
