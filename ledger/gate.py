@@ -27,13 +27,20 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.actions import action_spec
-from ledger.channels.base import CallResult, Channel
+from ledger.channels.base import CallResult, Channel, Expired, call_deadline, committed, unknown
 from ledger.channels.registry import get_channel
 from ledger.faults import crash_point
 from ledger.keys import Intent, summarize
 from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Effect, EffectState
 from ledger.signals import effect_changed
-from ledger.statements import Fence, Rider, insert_intent, record_outcome, record_transition
+from ledger.statements import (
+    SETTLE_MARGIN_SECONDS,
+    Fence,
+    Rider,
+    insert_intent,
+    record_outcome,
+    record_transition,
+)
 
 
 class Fenced(Exception):
@@ -53,7 +60,9 @@ class GateResult:
     effect: Effect
     state: str
     called: bool = False
-    blocked: str = ""  # "", "duplicate", "conflict" or "fenced" (the caller lost its claim meanwhile)
+    # "", "duplicate", "conflict", "fenced" (the caller lost its claim meanwhile) or "expired" (the
+    # caller's deadline came before the request could leave: nothing was sent, the row is still `intent`)
+    blocked: str = ""
     answers: tuple | None = None  # a `Rider`'s answers, when it was written with the outcome
 
 
@@ -137,7 +146,8 @@ def intent_commit(intent: Intent, fence: Callable[[], None] | None = None) -> tu
 def effect_call(intent: Intent, effect: Effect, blocked: str = "", *, fence: Callable[[], None] | None = None,
                 channel: Channel | None = None, then: Callable[[Effect], None] | None = None,
                 outcome_fence: Callable[[CallResult], None] | None = None,
-                fold: Callable[[CallResult], tuple[Fence, Rider] | None] | None = None) -> GateResult:
+                fold: Callable[[CallResult], tuple[Fence, Rider] | None] | None = None,
+                deadline: float | None = None) -> GateResult:
     """After phase 1 has committed (`intent_record`, in the gate's transaction or
     the caller's): the call and phase 2. A blocked intent is answered as it is.
 
@@ -153,13 +163,21 @@ def effect_call(intent: Intent, effect: Effect, blocked: str = "", *, fence: Cal
     (on PostgreSQL): phase 2 is then one statement in autocommit -- the
     fence, the outcome with its transition, and the rider's writes when both
     held (the result's `answers`); the same "or not at all" holds, and
-    `then` does not run. When it answers None, phase 2 is as above."""
+    `then` does not run. When it answers None, phase 2 is as above.
+
+    `deadline` (monotonic seconds): when the caller's claim may end. The
+    call must be over by then; a channel asks it right before a request's
+    bytes leave (`CallDeadline.room_to_send`). A call stopped by it before
+    any write left answers `blocked="expired"`: no outcome is recorded, the
+    caller hands its work back (the row stays `intent` under its token)."""
     if blocked:
         return GateResult(effect=effect, state=effect.state, blocked=blocked)
     crash_point("after_intent")
 
     # --- the call: no transaction is open here ---------------------------------
-    result = (channel or get_channel(intent.spec.channel)).perform(intent.spec, intent.payload, intent.key)
+    result = _call(channel or get_channel(intent.spec.channel), intent, effect, deadline)
+    if result is None:
+        return GateResult(effect=effect, state=effect.state, blocked="expired")
     crash_point("after_call")
 
     # --- phase 2: the outcome, fenced by the lease token -------------------------
@@ -171,6 +189,29 @@ def effect_call(intent: Intent, effect: Effect, blocked: str = "", *, fence: Cal
     crash_point("after_commit")
     return GateResult(effect=effect, state=effect.state, called=True, blocked="" if ours else "fenced",
                       answers=answers)
+
+
+def _call(channel: Channel, intent: Intent, effect: Effect, deadline: float | None) -> CallResult | None:
+    """The channel's call under the caller's deadline; None when the deadline
+    stopped it before anything was sent.
+
+    A retry (attempt > 1) on a channel with a look-up looks the key up first
+    and does not write if it is found: on a system that ignores keys a late
+    write of an earlier attempt and this one cannot both land (unless they
+    fall within the look-up's own round trip); on one that honours them it
+    costs one read per retry, and retries are rare."""
+    with call_deadline(deadline) as call:
+        try:
+            if effect.attempts > 1 and channel.supports_lookup:
+                call.room_to_send(channel.max_call_seconds, "the look-up before a retry")
+                seen = channel.lookup(intent.key, intent.payload)
+                if seen.found:
+                    return committed(seen.external_ref or f"found before retrying: {seen.detail}")
+            return channel.perform(intent.spec, intent.payload, intent.key)
+        except Expired as exc:
+            if call.writes_sent:
+                return unknown(f"{exc} (after {call.writes_sent} write(s) of this action had left)", answered=False)
+            return None
 
 
 def intent_record(intent: Intent, fence: Callable[[], None] | None = None) -> tuple[Effect, str]:
@@ -198,7 +239,7 @@ def _phase_outcome(effect: Effect, intent: Intent, result, fence, then, outcome_
     """Record the call's outcome if the row is still this caller's attempt.
     True when it was and the caller's fence held (so `then` ran)."""
     if then is None and outcome_fence is None and _folds(fence):
-        row = record_outcome(effect, intent, result, fence)
+        row = record_outcome(effect, intent, result, fence, settle_seconds=settle_seconds(intent, result))
         if row is None:
             _outcome_not_ours(effect, intent, result)
             return False
@@ -212,7 +253,7 @@ def _phase_outcome(effect: Effect, intent: Intent, result, fence, then, outcome_
                 outcome_fence(result) if outcome_fence is not None else fence()
             except Fenced:
                 held = False
-        updated = record_outcome(effect, intent, result)
+        updated = record_outcome(effect, intent, result, settle_seconds=settle_seconds(intent, result))
         if not updated and held and outcome_fence is not None:
             raise OutcomeRefused(f"effect {effect.pk}: the caller's fence held but the row is no longer its "
                                  "attempt; nothing of phase 2 is kept")
@@ -230,7 +271,8 @@ def _outcome_with_rider(effect: Effect, intent: Intent, result, fence: Fence, ri
     writes. (True, the rider's answers) when the outcome was written and the
     fence held; (False, None) when the fence did not hold (the outcome, the
     truth, written if the row was still ours: `record_outcome`)."""
-    written, held, *answers = record_outcome(effect, intent, result, fence, rider)
+    written, held, *answers = record_outcome(effect, intent, result, fence, rider,
+                                             settle_seconds=settle_seconds(intent, result))
     if written is None and held:
         raise OutcomeRefused(f"effect {effect.pk}: the caller's fence held but the row is no longer its "
                              "attempt; nothing of phase 2 is kept")
@@ -238,6 +280,15 @@ def _outcome_with_rider(effect: Effect, intent: Intent, result, fence: Fence, ri
         _outcome_not_ours(effect, intent, result)
         return False, None
     return (True, tuple(answers)) if held else (False, None)
+
+
+def settle_seconds(intent: Intent, result: CallResult) -> float | None:
+    """For an unknown the system did not answer (it may land still): how long
+    after now a look-up's "not found" can be trusted -- the channel's
+    in-flight bound and a margin. None for every other outcome."""
+    if result.state != EffectState.UNKNOWN or result.answered:
+        return None
+    return get_channel(intent.spec.channel).in_flight_seconds + SETTLE_MARGIN_SECONDS
 
 
 def _outcome_not_ours(effect: Effect, intent: Intent, result) -> None:
@@ -266,7 +317,7 @@ def _retry(existing: Effect, intent: Intent, now) -> Effect:
     existing.attempts += 1
     existing.lease_token = intent.lease_token
     existing.intent_at = now
-    existing.outcome_at = existing.answered = None
+    existing.outcome_at = existing.answered = existing.settle_after = None
     existing.last_error = ""
     existing.authorized_by = intent.authorized_by or existing.authorized_by
     existing.save()

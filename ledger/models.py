@@ -88,6 +88,10 @@ class Effect(models.Model):
     # When the current attempt's intent was recorded: reconcile waits until
     # the call it guards can no longer be in flight.
     intent_at = models.DateTimeField()
+    # When a look-up's "not found" can be trusted for an unknown outcome
+    # (PostgreSQL's clock): no earlier caller can still be calling, and a
+    # request it sent can no longer land (ledger.services.reconcile_not_before).
+    settle_after = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -6,50 +6,79 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.channels.registry import get_channel
+from ledger.clock import db_now
 from ledger.models import Effect, EffectState, ResolvedBy, Verdict
-from ledger.statements import record_transition
-
-# Extra time past a channel's own timeouts before an unknown effect is
-# reconciled: a call made by a worker that is still alive (an orphaned
-# work-horse) must have finished or given up before we ask "did it happen?".
-RECONCILE_MARGIN_SECONDS = 2.0
+from ledger.statements import SETTLE_MARGIN_SECONDS, record_transition
 
 
 class ReviewError(Exception):
     """A review verdict that cannot be applied (wrong state, no reason)."""
 
 
-def effects_mark_unknown(*, owner_item: str, actor: str, note: str) -> list[Effect]:
-    """Recovery: every `intent` of a dead holder becomes `unknown`.
+def effects_mark_unknown(*, owner_item: str, actor: str, note: str, claim_ended_at: dt.datetime | None = None
+                         ) -> list[Effect]:
+    """Recovery: every `intent` of a holder whose claim ended becomes `unknown`.
 
-    We cannot tell "killed before the call" from "killed after the call".
-    Must run inside the transaction that takes the owner's lease away, so the
+    We cannot tell "stopped before the call" from "stopped after the call".
+    Must run inside the transaction that takes the owner's claim away, so the
     old holder's commit (filtered on state=intent) can no longer land.
+
+    `claim_ended_at` (the database's clock): the latest moment the old holder
+    could have believed its claim valid -- its lease deadline. Until that
+    time plus the channel's longest call and in-flight bound, it may still be
+    calling, or its request may still land: the settle time, before which a
+    look-up's "not found" proves nothing (`reconcile_not_before`).
     """
     changed = []
     with transaction.atomic():
+        ended = max(claim_ended_at, db_now()) if claim_ended_at is not None else db_now()
         intents = Effect.objects.select_for_update(no_key=True).filter(owner_item=owner_item, state=EffectState.INTENT)
         for effect in intents:
+            channel = get_channel(effect.channel)
             effect.state = EffectState.UNKNOWN
             effect.last_error = note
-            effect.save(update_fields=["state", "last_error", "updated_at"])
+            effect.settle_after = ended + dt.timedelta(
+                seconds=channel.max_call_seconds + channel.in_flight_seconds + SETTLE_MARGIN_SECONDS)
+            effect.save(update_fields=["state", "last_error", "settle_after", "updated_at"])
             record_transition(effect, EffectState.INTENT, "EFFECT_UNKNOWN", actor=actor, note=note)
             changed.append(effect)
     return changed
 
 
-def reconcile_not_before(effect: Effect) -> dt.datetime:
-    """When a look-up's "not found" can be trusted.
+def effect_not_sent(*, effect_id: int, holder: str, actor: str, note: str) -> bool:
+    """Inside the caller's transaction: an `intent` whose call provably never
+    left (its holder stopped before sending: its claim was in doubt) becomes
+    `failed` -- the next attempt retries it with the same key. Only while the
+    row is still that holder's intent; True when it was."""
+    effect = (Effect.objects.select_for_update(no_key=True)
+              .filter(pk=effect_id, state=EffectState.INTENT, lease_token=holder).first())
+    if effect is None:
+        return False
+    effect.state = EffectState.FAILED
+    effect.last_error = note[:4000]
+    effect.answered = False
+    effect.outcome_at = timezone.now()
+    effect.save(update_fields=["state", "last_error", "answered", "outcome_at", "updated_at"])
+    record_transition(effect, EffectState.INTENT, "EFFECT_FAILED", actor=actor, note=note)
+    return True
 
-    A call the system answered (`answered`: a 503, a reset after the status
-    line) cannot land later: at once, on its first two attempts; from the
-    third one answered again, 1, 2, 4 … s (up to the in-flight bound),
-    so a helpdesk that keeps refusing is not asked in a tight loop. Any other
-    unknown (a timeout, a connection dropped before any answer, a worker
-    killed mid-call) may still be in flight: not before the channel's
-    longest call + a margin after the intent.
+
+def reconcile_not_before(effect: Effect) -> dt.datetime:
+    """When a look-up's "not found" can be trusted (compare with `db_now()`).
+
+    An unknown with a settle time (a holder whose claim ended mid-call, a
+    call without an answer, a 5xx): not before it -- no caller can still be
+    calling and nothing it sent can still land. A call the system itself
+    answered (a reset after a 2xx status line) cannot land later: at once,
+    on its first two attempts; from the third one answered again, 1, 2, 4 … s
+    (up to the in-flight bound), so a helpdesk that keeps refusing is not
+    asked in a tight loop. A row from before settle times were kept: the
+    channel's longest call and in-flight bound past its intent.
     """
-    bound = get_channel(effect.channel).max_call_seconds + RECONCILE_MARGIN_SECONDS
+    channel = get_channel(effect.channel)
+    bound = channel.max_call_seconds + channel.in_flight_seconds + SETTLE_MARGIN_SECONDS
+    if effect.settle_after is not None:
+        return effect.settle_after
     if effect.answered and effect.outcome_at:
         backoff = 0.0 if effect.attempts <= 2 else min(2.0 ** (effect.attempts - 3), bound)
         return effect.outcome_at + dt.timedelta(seconds=backoff)
@@ -66,7 +95,7 @@ def effect_reconcile(*, effect_id: int, actor: str = "reconcile", force: bool = 
     effect = Effect.objects.get(pk=effect_id)
     if effect.state != EffectState.UNKNOWN:
         return effect
-    if not force and timezone.now() < reconcile_not_before(effect):
+    if not force and db_now() < reconcile_not_before(effect):
         return effect
     answer = get_channel(effect.channel).lookup(effect.idempotency_key, effect.payload)  # no transaction open
     with transaction.atomic():

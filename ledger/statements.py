@@ -18,6 +18,11 @@ from ledger.keys import Intent, summarize
 from ledger.models import Effect, EffectState, EffectTransition
 from ledger.signals import effect_changed
 
+# Past every bound an unknown's settle time counts (a call's timeouts, a
+# gateway's upstream timeout, the old holder's lease): scheduling and clock
+# rates between the processes that compare them.
+SETTLE_MARGIN_SECONDS = 2.0
+
 
 @dataclass(frozen=True)
 class Fence:
@@ -185,12 +190,13 @@ def intent_ctes(intent: Intent, now, *, name: str, when: str, when_params=()) ->
     return sql, [*values, *when_params, *transition_params], effect
 
 
-def record_outcome(effect: Effect, intent: Intent, result, held: Fence | None = None, rider: Rider | None = None
-                   ) -> tuple | None:
+def record_outcome(effect: Effect, intent: Intent, result, held: Fence | None = None, rider: Rider | None = None,
+                   *, settle_seconds: float | None = None) -> tuple | None:
     """The outcome and its transition, if the row is still `intent` under this
     caller's lease token (`write_with_transition`'s answer). The row is then
     what phase 1 left plus this outcome, so it is not read back (one round
-    trip less per effect)."""
+    trip less per effect). `settle_seconds`: for an unknown that may land
+    still, its settle time is the database's now plus that many seconds."""
     now = timezone.now()
     outcome = dict(state=result.state, external_ref=result.external_ref[:200], last_error=result.error[:4000],
                    answered=result.answered, outcome_at=now, updated_at=now)
@@ -199,9 +205,14 @@ def record_outcome(effect: Effect, intent: Intent, result, held: Fence | None = 
     # with a folded fence, its answer is asked for first (the caller's row locked before this one: a take-over's
     # lock order); the outcome is written whatever it is -- it is the truth
     first = " AND (SELECT held FROM f) IS NOT NULL" if held is not None else ""
-    sql = (f"UPDATE {quote(Effect._meta.db_table)} SET {', '.join(f'{quote(f.column)} = %s' for f in fields)} "
-           f"WHERE {quote('id')} = %s AND {quote('state')} = %s AND {quote('lease_token')} = %s{first} RETURNING id")
+    settle = (f", {quote('settle_after')} = clock_timestamp() + %s * interval '1 second'"
+              if settle_seconds is not None else "")
+    sql = (f"UPDATE {quote(Effect._meta.db_table)} SET {', '.join(f'{quote(f.column)} = %s' for f in fields)}"
+           f"{settle} WHERE {quote('id')} = %s AND {quote('state')} = %s AND {quote('lease_token')} = %s{first} "
+           f"RETURNING id")
     params = [f.get_db_prep_save(outcome[f.name], connection) for f in fields]
+    if settle_seconds is not None:
+        params.append(settle_seconds)
     before = {name: getattr(effect, name) for name in outcome}
     for name, value in outcome.items():
         setattr(effect, name, value)

@@ -22,6 +22,9 @@ Effect classes page. Adapters hold no state between calls beyond their
 configuration, and never open a database transaction.
 """
 
+import contextvars
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ledger.actions import ActionSpec
@@ -71,6 +74,52 @@ class Abilities:
         return bool(self.lookup)
 
 
+class Expired(Exception):
+    """The call's deadline came before its request could leave: nothing of it was sent."""
+
+
+class CallDeadline:
+    """The time (monotonic) by which a call must have ended, and what it sent so far.
+
+    The gate opens one around each `perform()` (`call_deadline`); a channel
+    asks `room_to_send(wait)` right before a request's bytes leave and
+    stops with `Expired` when the answer could not come back in time -- the
+    caller's lease would end first. `writes_sent` tells the gate whether an
+    `Expired` call left anything behind (an action made of several writes)."""
+
+    def __init__(self, deadline: float | None):
+        self.deadline = deadline
+        self.writes_sent = 0
+
+    def time_left(self) -> float:
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    def room_to_send(self, wait: float, what: str = "the request") -> None:
+        left = self.time_left()
+        if left < wait:
+            raise Expired(f"{what} not sent: {max(left, 0):.1f} s left of the caller's lease, "
+                          f"the answer may take {wait:.1f} s")
+
+
+_DEADLINE: contextvars.ContextVar[CallDeadline | None] = contextvars.ContextVar("call_deadline", default=None)
+
+
+def current_deadline() -> CallDeadline:
+    """The deadline of the call in progress (`call_deadline`); outside one, none."""
+    return _DEADLINE.get() or CallDeadline(None)
+
+
+@contextmanager
+def call_deadline(deadline: float | None):
+    """Within: `current_deadline()` is a fresh `CallDeadline(deadline)`."""
+    state = CallDeadline(deadline)
+    reset = _DEADLINE.set(state)
+    try:
+        yield state
+    finally:
+        _DEADLINE.reset(reset)
+
+
 class ChannelError(Exception):
     """A channel that cannot be used as configured (missing URL, unknown kind)."""
 
@@ -91,6 +140,14 @@ class Channel:
         """The longest one `perform()` can take: reconcile waits this long past
         an intent before it asks, so a call still in flight is not missed."""
         return 10.0
+
+    @property
+    def in_flight_seconds(self) -> float:
+        """How long a request that left this process may still land after the
+        call gave up on it: a gateway in front of the system (nginx, Apache)
+        may hand it upstream long after it answered 504. Reconcile trusts a
+        "not found" only this long after the call's end."""
+        return 0.0
 
     def perform(self, spec: ActionSpec, payload: dict, key: str) -> CallResult:
         raise NotImplementedError

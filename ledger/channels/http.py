@@ -7,15 +7,26 @@ its kind `AnswerCut` (the answer began, its status line came, then the
 connection broke: the system has handled the request, so nothing more of it
 can land later). The write's outcome then follows from which one it was
 (`write_outcome()`, `call()`).
+
+A connection that cannot be opened is tried again with back-off (nothing
+left this process), for as long as the caller's deadline leaves room for
+the answer (`ledger.channels.base.CallDeadline`); the deadline is asked
+once more right before the request's bytes leave, and `Expired` raised when
+it has passed -- the last check before the point of no return.
 """
 
 import base64
 import http.client
 import json
+import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from ledger.channels.base import CallResult, committed, failed, unknown
+from ledger.channels.base import CallResult, committed, current_deadline, failed, unknown
+
+CONNECT_TRIES = 4  # a connection refused or timed out: tried again after 0.2, 0.4, 0.8 s
+CONNECT_BACKOFF_SECONDS = 0.2
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class NotSent(Exception):
@@ -81,6 +92,22 @@ class HttpClient:
         conn.sock.settimeout(self.read_timeout)
         return conn
 
+    def _connect_with_retries(self, what: str) -> http.client.HTTPConnection:
+        """A connection, tried again with back-off while the deadline leaves
+        room for a connect and the answer; `NotSent` when none opened."""
+        deadline = current_deadline()
+        pause = CONNECT_BACKOFF_SECONDS
+        for tries in range(1, CONNECT_TRIES + 1):
+            deadline.room_to_send(self.connect_timeout + self.read_timeout, what)
+            try:
+                return self._connect()
+            except OSError as exc:
+                if tries == CONNECT_TRIES or deadline.time_left() < pause + self.connect_timeout + self.read_timeout:
+                    raise NotSent(f"could not connect to {self.system} ({tries} tries): {exc}") from exc
+                time.sleep(pause)
+                pause *= 2
+        raise AssertionError("unreachable")
+
     def headers(self, extra: dict | None = None) -> dict:
         headers = {"Accept": "application/json"}
         if self.auth:
@@ -94,11 +121,14 @@ class HttpClient:
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             extra.setdefault("Content-Type", "application/json")
+        what = f"{method} {path.split('?')[0]}"
+        conn = self._connect_with_retries(what)
         try:
-            conn = self._connect()
-        except OSError as exc:
-            raise NotSent(f"could not connect to {self.system}: {exc}") from exc
-        try:
+            deadline = current_deadline()
+            # the last check before the request's bytes leave (raises Expired)
+            deadline.room_to_send(self.read_timeout, what)
+            if method in WRITE_METHODS:
+                deadline.writes_sent += 1
             try:
                 conn.request(method, urlsplit(self.base_url).path.rstrip("/") + path, data, self.headers(extra))
                 resp = conn.getresponse()
@@ -118,12 +148,18 @@ class HttpClient:
 
 
 def write_outcome(answer: Answer, *, system: str, ref: str = "") -> CallResult:
-    """A write's answer: 2xx committed; a 4xx refusal (not 408) failed; anything else unknown."""
+    """A write's answer: 2xx committed; a 4xx refusal (not 408) failed; anything else unknown.
+
+    A 5xx proves nothing: a gateway in front of the system (nginx, Apache)
+    answers 502/503/504 while its upstream may still be working on the
+    request, so it is unknown and not answered -- it may land still, for as
+    long as the channel's in-flight bound."""
     if answer.ok:
         return committed(ref)
     if 400 <= answer.status < 500 and answer.status != 408:
         return failed(f"{system} refused with {answer.status}: {answer.text[:200]}", answered=True)
-    return unknown(f"{system} answered {answer.status}: {answer.text[:200]}", answered=True)
+    return unknown(f"{system} (or a gateway in front of it) answered {answer.status}: {answer.text[:200]}",
+                   answered=answer.status < 500)
 
 
 def call(client: HttpClient, method: str, path: str, body=None, *, headers: dict | None = None):
@@ -133,6 +169,6 @@ def call(client: HttpClient, method: str, path: str, body=None, *, headers: dict
     except NotSent as exc:
         return failed(str(exc), answered=False)
     except AnswerCut as exc:
-        return unknown(str(exc), answered=True)
+        return unknown(str(exc), answered=exc.status < 500)
     except NoAnswer as exc:
         return unknown(str(exc), answered=False)

@@ -40,6 +40,10 @@ class RestHelpdeskChannel(Channel):
     def max_call_seconds(self) -> float:
         return self.client.max_call_seconds
 
+    @property
+    def in_flight_seconds(self) -> float:
+        return float(settings.HELPDESK_UPSTREAM_TIMEOUT)
+
     def perform(self, spec, payload, key):
         method, path = ROUTES[spec.name]
         path = path.format(ticket=quote(str(payload["ticket"]), safe=""))

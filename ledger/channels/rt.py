@@ -32,6 +32,8 @@ with). "Not found" only when all of them answered in full.
 import html
 import re
 
+from django.conf import settings
+
 from ledger.channels.base import Abilities, CallResult, Channel, LookupResult, committed, failed
 from ledger.channels.rt_check import run_checks
 from ledger.channels.rt_rest import (
@@ -109,6 +111,10 @@ class RTChannel(Channel):
             key_carried=f"transaction custom field {cf} and an HTML-comment marker in the content",
             honours_key=False,
             lookup=f"CF.{{{cf}}} search, Content LIKE on the ticket, then its replies and comments read")
+
+    @property
+    def in_flight_seconds(self) -> float:
+        return float(settings.HELPDESK_UPSTREAM_TIMEOUT)
 
     @property
     def max_call_seconds(self) -> float:

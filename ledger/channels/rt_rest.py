@@ -138,7 +138,8 @@ class Attempt:
             raise Stop(failed(f"{SYSTEM} refused the credentials (401): {CREDENTIALS}", answered=True))
         if answer.status >= 500 or answer.status == 408:
             error = f"{name} answered {answer.status}: {rt_message(answer)}"
-            raise Stop(unknown(error, answered=True) if write else self.ended(error))
+            # a 5xx may come from a gateway whose upstream still works on the write: it may land still
+            raise Stop(unknown(error, answered=answer.status < 500) if write else self.ended(error))
         if write and answer.ok:
             self.landed = True
         return answer

@@ -6,12 +6,52 @@ unknown, and without a look-up its unknowns go to review with the evidence.
 """
 
 import smtplib
+import time
 
 from django.conf import settings
 from django.core.mail import BadHeaderError, EmailMessage, get_connection
+from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
 
-from ledger.channels.base import Abilities, CallResult, Channel
+from ledger.channels.base import Abilities, CallResult, Channel, current_deadline
 from ledger.models import EffectState
+
+CONNECT_TRIES = 3  # a mail server that cannot be reached: tried again after 0.5, 1 s
+
+
+def _last_line_checked(cls):
+    """`cls` (smtplib.SMTP or SMTP_SSL) whose DATA asks the caller's deadline
+    right before the end-of-data line: the server accepts a message only
+    with that line, so until it leaves nothing is delivered."""
+
+    class DeadlineSMTP(cls):
+        def data(self, msg):
+            self.putcmd("data")
+            code, reply = self.getreply()
+            if code != 354:
+                raise smtplib.SMTPDataError(code, reply)
+            if isinstance(msg, str):
+                msg = smtplib._fix_eols(msg).encode("ascii")
+            quoted = smtplib._quote_periods(msg)
+            if quoted[-2:] != smtplib.bCRLF:
+                quoted += smtplib.bCRLF
+            self.send(quoted)
+            current_deadline().room_to_send(float(self.timeout or 0), "the message's end of data")
+            current_deadline().writes_sent += 1
+            self.send(b"." + smtplib.bCRLF)
+            return self.getreply()
+
+    return DeadlineSMTP
+
+
+_CHECKED = {cls: _last_line_checked(cls) for cls in (smtplib.SMTP, smtplib.SMTP_SSL)}
+
+
+class _DeadlineBackend(SMTPBackend):
+    """Django's SMTP backend whose connections ask the deadline before the end of data."""
+
+    @property
+    def connection_class(self):
+        return _CHECKED[super().connection_class]
 
 
 class EmailChannel(Channel):
@@ -37,10 +77,11 @@ class EmailChannel(Channel):
         except (BadHeaderError, ValueError) as exc:
             return CallResult(EffectState.FAILED, error=f"the message cannot be sent: {exc}")
         connection = get_connection(fail_silently=False, timeout=settings.EMAIL_TIMEOUT)
-        try:
-            connection.open()
-        except OSError as exc:
-            return CallResult(EffectState.FAILED, error=f"could not connect to the mail server: {exc}")
+        if isinstance(connection, SMTPBackend):
+            connection.__class__ = _DeadlineBackend
+        error = self._open(connection)
+        if error:
+            return CallResult(EffectState.FAILED, error=f"could not connect to the mail server: {error}")
         try:
             connection.send_messages([message])
         except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as exc:
@@ -56,6 +97,22 @@ class EmailChannel(Channel):
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
         return CallResult(EffectState.COMMITTED, external_ref=f"<{key}@{settings.MESSAGE_ID_DOMAIN}>", answered=True)
+
+    def _open(self, connection) -> str:
+        """Open the connection, tried again with back-off while the deadline
+        leaves room for the message; the last error, or "" once open."""
+        pause = 0.5
+        for tries in range(1, CONNECT_TRIES + 1):
+            current_deadline().room_to_send(self.max_call_seconds, "the message")
+            try:
+                connection.open()
+                return ""
+            except OSError as exc:
+                if tries == CONNECT_TRIES or current_deadline().time_left() < pause + self.max_call_seconds:
+                    return f"{exc} ({tries} tries)"
+                time.sleep(pause)
+                pause *= 2
+        return "no try left"
 
     def check(self):
         connection = get_connection(fail_silently=False, timeout=settings.EMAIL_TIMEOUT)

@@ -126,6 +126,10 @@ class ZendeskChannel(Channel):
         self.escalation_priority = priority if priority in PRIORITIES else ""  # "keep": leave it
 
     @property
+    def in_flight_seconds(self) -> float:
+        return float(settings.HELPDESK_UPSTREAM_TIMEOUT)
+
+    @property
     def max_call_seconds(self) -> float:
         # Two attempts at most (one after a short Retry-After) and the wait between.
         return 2 * self.client.max_call_seconds + self.config.max_wait
@@ -186,8 +190,9 @@ class ZendeskChannel(Channel):
         if 400 <= answer.status < 500 and answer.status != 408:
             return failed(refusal(answer, what=what, thing=f"ticket {ticket}", max_wait=self.config.max_wait),
                           answered=True)
-        return unknown(f"Zendesk answered HTTP {answer.status} to {what}, which may have been applied: "
-                       f"{error_text(answer)}", answered=True)
+        # a 5xx may come from a gateway whose upstream still works on it: it may land still
+        return unknown(f"Zendesk (or a gateway in front of it) answered HTTP {answer.status} to {what}, which may "
+                       f"have been applied: {error_text(answer)}", answered=answer.status < 500)
 
     # ------------------------------------------------------------------ the look-up
 

@@ -1,0 +1,18 @@
+"""The one clock leases and settle times are compared on: PostgreSQL's.
+
+Hosts' clocks may be off by seconds (or by the minutes of a VM resumed from
+a snapshot); every deadline that one process writes and another compares is
+written and compared with the database's time instead. A process's own
+waits (is my lease still valid?) use its monotonic clock, never the wall.
+"""
+
+import datetime as dt
+
+from django.db import connection
+
+
+def db_now() -> dt.datetime:
+    """The database's current time (`clock_timestamp()`: not the transaction's start)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
