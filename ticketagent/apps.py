@@ -8,4 +8,5 @@ class TicketagentConfig(AppConfig):
     verbose_name = "Ticket agents"
 
     def ready(self):
+        from ticketagent import checks  # noqa: F401  (registers the settings checks)
         from ticketagent.eventlog import receivers  # noqa: F401  (connects the ledger's signals)

@@ -21,11 +21,13 @@ import time
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
+from django.db.models.functions import Now
 from django.utils import timezone
 from rq.job import Job
 from rq.utils import utcparse
 
 from ledger.channels.registry import lookup_channel_names
+from ledger.clock import db_now
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile, reconcile_not_before
 from ticketagent import jobs
@@ -44,14 +46,22 @@ ENDED_JOB_STATUSES = {"finished", "failed", "stopped", "canceled"}
 
 
 def recover_expired_leases(now) -> int:
+    """Items whose lease expired (`now`: the database's clock, as the
+    deadlines are). A task or item another session holds locked -- a worker
+    cut off mid-transaction, until its session times out -- is skipped this
+    pass (SKIP LOCKED), never waited for: the sweep goes on with the others."""
     count = 0
     expired = Item.objects.filter(status=ItemStatus.RUNNING, lease_expires_at__lt=now).values_list(
         "pk", "task_id")
     for item_id, task_id in list(expired):
         with transaction.atomic():
-            task = task_locked(task_id)
-            item = Item.objects.select_for_update(no_key=True).get(pk=item_id)
-            if item.status != ItemStatus.RUNNING or not item.lease_expires_at or item.lease_expires_at >= now:
+            task = Task.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=task_id).first()
+            item = (Item.objects.select_for_update(no_key=True, skip_locked=True).annotate(db_now=Now())
+                    .filter(pk=item_id).first()) if task is not None else None
+            if item is None:
+                log.info("item %s: its task or row is locked by another session; tried again next pass", item_id)
+                continue
+            if item.status != ItemStatus.RUNNING or not item.lease_expires_at or item.lease_expires_at >= item.db_now:
                 continue
             item_take_over(item, actor="recovery", why="lease expired")
             items_requeue(task, [item], actor="recovery", why="its lease expired")
@@ -84,7 +94,7 @@ def item_settle_unknowns(item_id: int) -> int:
     if that resolved them all. Returns how many were resolved."""
     effects = Effect.objects.filter(owner_item=str(item_id), state=EffectState.UNKNOWN,
                                     channel__in=lookup_channel_names())
-    now = timezone.now()
+    now = db_now()
     resolved = 0
     for effect in effects:
         if reconcile_not_before(effect) > now:
@@ -181,17 +191,20 @@ def finish_idle_tasks() -> int:
 
 
 def recover_once() -> dict:
-    now = timezone.now()
-    stats = {"recovered": recover_expired_leases(now)}
-    stats["reconciled"] = reconcile_unknowns(now)
-    stats["continued"] = continue_waiting_items()
-    try:
-        stats["requeued"] = requeue_lost_jobs(now)
-    except Exception as exc:  # noqa: BLE001 - Redis down: try again next pass
-        log.warning("could not check the queue: %s", exc)
-        stats["requeued"] = 0
-    stats["sent"] = windows_refill()
-    stats["finished_tasks"] = finish_idle_tasks()
+    """One pass. Each part runs by itself: one that fails (a lock it may not
+    wait for, Redis down, a statement timed out) is logged and the others
+    still run."""
+    now = db_now()
+    stats = {}
+    parts = (("recovered", lambda: recover_expired_leases(now)), ("reconciled", lambda: reconcile_unknowns(now)),
+             ("continued", continue_waiting_items), ("requeued", lambda: requeue_lost_jobs(now)),
+             ("sent", windows_refill), ("finished_tasks", finish_idle_tasks))
+    for name, part in parts:
+        try:
+            stats[name] = part()
+        except Exception as exc:  # noqa: BLE001 - the next pass tries again
+            log.warning("recovery: %s failed this pass: %s", name, exc)
+            stats[name] = 0
     return stats
 
 

@@ -122,9 +122,24 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     }
     _db["TEST"] = {"NAME": str(VAR_DIR / "test-ticketagent.sqlite3")}
 elif _db["ENGINE"] == "django.db.backends.postgresql":
-    _db.setdefault("OPTIONS", {})
+    # A dead link or host is noticed within seconds, not the kernel's hours:
+    # TCP keepalives, and tcp_user_timeout for data sent but never
+    # acknowledged (libpq options; docs/deploy.md "Timeouts").
+    _db["OPTIONS"] = {
+        "connect_timeout": envint("DB_CONNECT_TIMEOUT", 10, minimum=1),
+        "keepalives": 1,
+        "keepalives_idle": envint("DB_KEEPALIVES_IDLE", 10, minimum=1),
+        "keepalives_interval": envint("DB_KEEPALIVES_INTERVAL", 3, minimum=1),
+        "keepalives_count": envint("DB_KEEPALIVES_COUNT", 3, minimum=1),
+        "tcp_user_timeout": envint("DB_TCP_USER_TIMEOUT_MS", 20000, minimum=0),
+        **_db.get("OPTIONS", {}),
+    }
     _db["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _db}
+# Per-session limits of the workers' and the sweep's sessions (ticketagent/db_sessions.py).
+DB_STATEMENT_TIMEOUT_SECONDS = envfloat("DB_STATEMENT_TIMEOUT_SECONDS", 30.0, minimum=0.1)
+DB_IDLE_IN_TRANSACTION_SECONDS = envfloat("DB_IDLE_IN_TRANSACTION_SECONDS", 5.0, minimum=0.1)
+DB_SWEEP_LOCK_TIMEOUT_SECONDS = envfloat("DB_SWEEP_LOCK_TIMEOUT_SECONDS", 2.0, minimum=0.1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- redis / rq ---------------------------------------------------------------
@@ -265,9 +280,13 @@ AGENT_MAX_STEPS = envint("AGENT_MAX_STEPS", 6, minimum=1)
 
 # Consecutive failed items that suspend a task (each task may override it).
 SUSPEND_AFTER_FAILURES = envint("SUSPEND_AFTER_FAILURES", 3, minimum=1)
-# An item's lease: how long a worker may go silent before the sweep takes it over.
-LEASE_SECONDS = envfloat("LEASE_SECONDS", 6.0, minimum=1.0)
-HEARTBEAT_SECONDS = envfloat("HEARTBEAT_SECONDS", 2.0, minimum=0.1)
+# An item's lease: how long a worker may go silent before the sweep takes it
+# over. A worker calls out only while its lease is known valid for the whole
+# call (the channel's longest call + LEASE_MARGIN_SECONDS): the lease must be
+# longer than that (checked at start: `manage.py check`).
+LEASE_SECONDS = envfloat("LEASE_SECONDS", 30.0, minimum=1.0)
+HEARTBEAT_SECONDS = envfloat("HEARTBEAT_SECONDS", 3.0, minimum=0.1)
+LEASE_MARGIN_SECONDS = envfloat("LEASE_MARGIN_SECONDS", 1.0, minimum=0.0)
 RECOVER_INTERVAL_SECONDS = envfloat("RECOVER_INTERVAL_SECONDS", 1.0, minimum=0.1)
 # A queued item whose RQ job is missing for this long is enqueued again.
 REQUEUE_GRACE_SECONDS = envfloat("REQUEUE_GRACE_SECONDS", 5.0, minimum=0.0)
@@ -289,6 +308,11 @@ HELPDESK_PASSWORD = envstr("HELPDESK_PASSWORD")  # rt: password
 HELPDESK_CHECK_BEFORE_TASKS = envbool("HELPDESK_CHECK_BEFORE_TASKS", True)
 HELPDESK_CONNECT_TIMEOUT = envfloat("HELPDESK_CONNECT_TIMEOUT", 2.0, minimum=0.1)
 HELPDESK_READ_TIMEOUT = envfloat("HELPDESK_READ_TIMEOUT", 5.0, minimum=0.1)
+# How long a gateway in front of the helpdesk (nginx, Apache) may still hand a
+# request upstream after it answered 502/503/504 or the call timed out: its
+# upstream timeout (nginx's proxy_read_timeout and Apache's ProxyTimeout
+# default to 60 s). Reconcile trusts a "not found" only after it.
+HELPDESK_UPSTREAM_TIMEOUT = envfloat("HELPDESK_UPSTREAM_TIMEOUT", 60.0, minimum=0.0)
 # Zendesk only (HELPDESK_KIND=zendesk; docs/channels.md "Zendesk Support API"):
 # the group and priority the escalate action sets (0 / "keep": leave as is),
 # and the longest Retry-After a request waits out before its one retry.

@@ -8,13 +8,17 @@ lease while a model or channel call runs.
 
 import logging
 import os
+import secrets
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, connection
-from django.db.models import Subquery
+from django.db.models import DateTimeField, ExpressionWrapper, Subquery, Value
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from ledger.gate import Fenced
@@ -31,34 +35,99 @@ class LeaseLost(Fenced):
     """This worker no longer holds the item: stop without writing."""
 
 
+class LeaseInDoubt(LeaseLost):
+    """The lease may still be ours but is not known valid for the next call: hand the item back."""
+
+
+_WORKER_NAME: list[str] = []
+
+
 def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """host:pid:random -- containers and cloned VMs may share a host name and a pid."""
+    if not _WORKER_NAME or not _WORKER_NAME[0].startswith(f"{socket.gethostname()}:{os.getpid()}:"):
+        _WORKER_NAME[:] = [f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"]
+    return _WORKER_NAME[0]
 
 
-def lease_deadline():
-    return timezone.now() + timezone.timedelta(seconds=settings.LEASE_SECONDS)
+def lease_renewed():
+    """The new deadline of a lease taken or renewed now, on PostgreSQL's clock."""
+    return ExpressionWrapper(Now() + Value(timedelta(seconds=settings.LEASE_SECONDS)), output_field=DateTimeField())
+
+
+class Lease:
+    """What this worker knows of its lease, by its own monotonic clock.
+
+    `confirmed_at` is when the last statement that took or renewed the lease
+    was *sent* (not when its answer came): the database wrote a deadline at
+    least LEASE_SECONDS after that, so the lease is valid until
+    `confirmed_at + LEASE_SECONDS` whatever happened since -- a pause, a
+    stalled answer. `in_doubt` is set by a heartbeat that failed: the worker
+    then calls nothing more and hands the item back."""
+
+    def __init__(self, item_id: int, token: str, confirmed_at: float):
+        self.item_id, self.token = item_id, token
+        self.confirmed_at = confirmed_at
+        self.in_doubt = ""
+        self.lost = False
+        self._lock = threading.Lock()
+
+    def valid_until(self) -> float:
+        return self.confirmed_at + settings.LEASE_SECONDS
+
+    def renew(self) -> bool:
+        """One statement: extend the lease if it is still ours. True when it was."""
+        sent = time.monotonic()
+        n = (Item.objects.filter(pk=self.item_id, lease_token=self.token, status=ItemStatus.RUNNING)
+             .update(lease_expires_at=lease_renewed()))
+        if not n:
+            self.lost = True
+            return False
+        with self._lock:
+            self.confirmed_at = max(self.confirmed_at, sent)
+        return True
+
+    def ensure(self, call_seconds: float) -> float:
+        """Before a call of up to `call_seconds`: the time (monotonic) by which
+        it must be over, the lease known valid until then -- renewed first
+        (one round trip) only when the last confirmation is too old. Raises
+        `LeaseLost` when the lease is gone, `LeaseInDoubt` when a heartbeat
+        failed or the renewal's answer came back too late for the call."""
+        margin = settings.LEASE_MARGIN_SECONDS
+        if self.in_doubt:
+            raise LeaseInDoubt(f"item {self.item_id}: {self.in_doubt}")
+        if self.lost:
+            raise LeaseLost(f"item {self.item_id}: lease {self.token[:8]} was taken over")
+        if time.monotonic() + call_seconds + margin > self.valid_until():
+            if not self.renew():
+                raise LeaseLost(f"item {self.item_id}: lease {self.token[:8]} was taken over")
+            if time.monotonic() + call_seconds + margin > self.valid_until():
+                raise LeaseInDoubt(f"item {self.item_id}: the lease's renewal answered too late for a "
+                                   f"{call_seconds:.1f} s call")
+        return self.valid_until() - margin
 
 
 class Heartbeat(threading.Thread):
-    """Extends the lease while a long call runs; notices when it was lost."""
+    """Renews the lease while a long call runs; notices when it was lost or in doubt."""
 
-    def __init__(self, item_id: int, token: str):
-        super().__init__(daemon=True, name=f"heartbeat-{item_id}")
-        self.item_id, self.token = item_id, token
+    def __init__(self, lease: Lease):
+        super().__init__(daemon=True, name=f"heartbeat-{lease.item_id}")
+        self.lease = lease
         self.stopped = threading.Event()
-        self.lost = False
+
+    @property
+    def lost(self) -> bool:
+        return self.lease.lost
 
     def run(self):
         try:
             while not self.stopped.wait(settings.HEARTBEAT_SECONDS):
                 try:
-                    n = Item.objects.filter(pk=self.item_id, lease_token=self.token,
-                                            status=ItemStatus.RUNNING).update(lease_expires_at=lease_deadline())
-                    if not n:
-                        self.lost = True
+                    if not self.lease.renew():
                         return
-                except Exception:  # noqa: BLE001 - a failed beat is retried on the next tick
-                    log.warning("heartbeat for item %s failed", self.item_id, exc_info=True)
+                except Exception as exc:  # noqa: BLE001 - the worker hands the item back before its next call
+                    self.lease.in_doubt = f"a heartbeat failed ({type(exc).__name__})"
+                    log.warning("heartbeat for item %s failed: the item is handed back before its next call",
+                                self.lease.item_id, exc_info=True)
                     close_old_connections()
         finally:
             connection.close()
@@ -122,12 +191,13 @@ def release(item: Item, status: str) -> None:
 
 def item_take_over(item: Item, *, actor: str, why: str) -> list[Effect]:
     """Inside a transaction holding the item lock: fence the old lease holder and
-    turn its intents into unknowns."""
-    old = item.lease_owner
+    turn its intents into unknowns, settled once it cannot be calling any more
+    (its lease deadline: the last moment it could believe its lease valid)."""
+    old, ended = item.lease_owner, item.lease_expires_at
     item.lease_token = ""
     item.lease_owner = ""
     item.lease_expires_at = None
-    unknown = effects_mark_unknown(owner_item=item.ref, actor=actor,
+    unknown = effects_mark_unknown(owner_item=item.ref, actor=actor, claim_ended_at=ended,
                                    note=f"{why}; the worker {old or '?'} held it: outcome cannot be known")
     event_append(task_id=item.task_id, item_id=item.pk, type=EventType.RECOVERED, actor=actor, payload={
         "previous_owner": old, "why": why, "unknown_effects": [e.pk for e in unknown],
@@ -145,6 +215,7 @@ class ItemRun:
     token: str
     cursor: int
     outputs: dict
+    lease: Lease | None = None
     task_status: str = ""
     stopped: bool = False
     # effect steps the decision did not choose, not yet recorded: they are

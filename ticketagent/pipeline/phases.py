@@ -8,12 +8,16 @@ is written in the gate's phase 2, with the effect's outcome.
 """
 
 import json
+import logging
 
+from django.conf import settings
 from django.db import connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from ledger.gate import intent_record
 from ledger.keys import Intent, canonical_json
+from ledger.services import effect_not_sent
 from ticketagent.eventlog.append import blobs_put, event_append, events_append
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.schemas import SCHEMA_VERSION
@@ -23,7 +27,6 @@ from ticketagent.pipeline.lease import (
     LeaseLost,
     hold,
     item_take_over,
-    lease_deadline,
     lease_fence,
     lock_held,
     release,
@@ -31,12 +34,17 @@ from ticketagent.pipeline.lease import (
     worker_name,
 )
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
+from ticketagent.services.items import items_requeue
 from ticketagent.services.tasks import task_maybe_finish
 from ticketagent.window import refill_ctes, refill_sent, window_refill, window_size
 
+log = logging.getLogger(__name__)
+
 
 def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
-    now = timezone.now()
+    """Take the item's lease (on PostgreSQL's clock: `now` is the database's).
+    The caller notes the monotonic time before calling: the lease is valid
+    for LEASE_SECONDS from then (`lease.Lease`)."""
     window = window_size()  # (may ask Redis how many workers there are: not inside the transaction)
     with transaction.atomic():
         task = task_of_item_locked(item_id)  # looked up at each lease; the phases reuse it
@@ -44,8 +52,9 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
             return "item does not exist", None, None
         # the item (locked) and its checkpoint (read) in one statement
         item = (Item.objects.select_for_update(no_key=True, of=("self",)).select_related("checkpoint").order_by()
-                .get(pk=item_id))
+                .annotate(db_now=Now()).get(pk=item_id))
         item.task = task
+        now = item.db_now
         if task.status not in ACTIVE_TASK_STATUSES:
             return f"task is {task.status}", None, None
         if item.attempt != attempt:
@@ -74,7 +83,7 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
             return "needs migration", None, None
         item.lease_token = token
         item.lease_owner = worker_name()
-        item.lease_expires_at = lease_deadline()
+        item.lease_expires_at = now + timezone.timedelta(seconds=settings.LEASE_SECONDS)
         item.status = ItemStatus.RUNNING
         if checkpoint.input_hash != item.input_hash():
             item_fail_locked(task, item, kind="input_changed",
@@ -166,6 +175,25 @@ def _record_pending(run: ItemRun) -> None:
     if run.pending:
         run.cursor, run.outputs = record_steps(run, run.pending)
         run.pending = []
+
+
+def item_hand_back(run: ItemRun, *, why: str, unsent=None) -> None:
+    """This worker stops before its next call (its lease is in doubt): the
+    item goes back to the queue as its next attempt, and the effect it was
+    about to call (`unsent`, provably not sent) is `failed`, so that attempt
+    retries it with the same key. Nothing is written if the lease is
+    already gone (the sweep took the item over)."""
+    try:
+        with transaction.atomic():
+            task, item = lock_held(run.item.pk, run.token)
+            if unsent is not None:
+                effect_not_sent(effect_id=unsent.pk, holder=run.token, actor=worker_name(),
+                                note=f"not sent: {why}")
+            _record_pending(run)
+            items_requeue(task, [item], actor=worker_name(), why=f"handed back: {why}")
+    except LeaseLost:
+        pass
+    log.warning("item %s handed back: %s; nothing more called or written", run.item.pk, why)
 
 
 def phase_fail(run: ItemRun, *, kind, message):

@@ -13,7 +13,7 @@ from django.db import close_old_connections, connection
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.clients import get_model_client
 from ticketagent.llm.schemas import Decision
-from ticketagent.pipeline.lease import Heartbeat, ItemRun, LeaseLost
+from ticketagent.pipeline.lease import Heartbeat, ItemRun, Lease, LeaseLost
 from ticketagent.pipeline.phases import lease_acquire, phase_done, phase_fail, phase_step_done
 from ticketagent.pipeline.steps import RECORDED, WAIT, chain_intent, run_effect_step, run_model_step, steps_ahead
 from ticketagent.plan import NOT_CHOSEN, STEPS
@@ -27,15 +27,19 @@ def item_process(*, item_id: int, attempt: int, model=None) -> str:
     lease admits one worker, the checkpoint skips finished steps and the
     ledger refuses repeated effects. Returns what happened, for the job log."""
     token = uuid.uuid4().hex
+    sent = time.monotonic()  # the lease is valid for LEASE_SECONDS from before its statement left
     why, item, checkpoint = lease_acquire(item_id, attempt, token)
     if item is None:
         return f"no work: {why}"
-    heartbeat = Heartbeat(item_id, token)
+    lease = Lease(item_id, token, sent)
+    heartbeat = Heartbeat(lease)
     heartbeat.start()
     try:
-        run = ItemRun(item=item, token=token, cursor=checkpoint.cursor, outputs=dict(checkpoint.step_outputs))
+        run = ItemRun(item=item, token=token, cursor=checkpoint.cursor, outputs=dict(checkpoint.step_outputs),
+                      lease=lease)
         return _run_steps(run, model)
     except LeaseLost as exc:
+        log.warning("item %s: %s; stopped, nothing more called or written", item_id, exc)
         return f"stopped: {exc}"
     finally:
         heartbeat.stop()

@@ -8,16 +8,18 @@ the ledger instead of acting twice.
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ledger.channels.registry import get_channel
 from ledger.gate import effect_call, effect_prepare, intent_commit, intent_record
 from ledger.keys import Intent
 from ledger.models import Effect, EffectState
 from ledger.statements import Rider, intent_ctes, intent_written
 from ticketagent.llm.schemas import Decision, Reply, Triage
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
-from ticketagent.pipeline.lease import ItemRun, LeaseLost, hold, lease_fence, lock_run
+from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost, hold, lease_fence, lock_run
 from ticketagent.pipeline.phases import (
     checkpoint_ctes,
     item_done_fenced,
+    item_hand_back,
     phase_fail,
     phase_wait,
     record_steps,
@@ -157,7 +159,12 @@ def run_effect_step(step, run: ItemRun, task: Task):
     next_intent = chain_intent(run, task, after, run.outputs)
     fence, then = _with_outcome(run, task, step, effect, skipped, after, next_intent)
     fold = _folded_outcome(run, task, step, effect, skipped, after, next_intent)
-    result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence, fold=fold)
+    deadline = None if blocked else _lease_for_call(run, step, intent, effect)
+    result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence, fold=fold, deadline=deadline)
+    if result.blocked == "expired":
+        item_hand_back(run, why=f"{step}: the lease was not known valid when the request was to leave",
+                       unsent=effect)
+        raise LeaseLost(f"item {run.item.pk}: handed back at {step}, nothing sent")
     if result.blocked == "fenced":
         raise LeaseLost(f"item {run.item.pk}: fenced while calling {step}")
     if result.answers is not None:
@@ -165,6 +172,20 @@ def run_effect_step(step, run: ItemRun, task: Task):
     if then.recorded:
         return RECORDED
     return _gate_answer(step, run, result)
+
+
+def _lease_for_call(run: ItemRun, step: str, intent: Intent, effect: Effect) -> float | None:
+    """After the intent committed, before its call: the lease known valid for
+    the whole call (renewed first if need be); the call's deadline. A lease
+    in doubt (a heartbeat failed, an answer came back too late) hands the
+    item back with the effect not sent; a lost one stops the worker."""
+    if run.lease is None:
+        return None
+    try:
+        return run.lease.ensure(get_channel(intent.spec.channel).max_call_seconds)
+    except LeaseInDoubt as exc:
+        item_hand_back(run, why=f"{step}: {exc}", unsent=effect)
+        raise LeaseLost(f"item {run.item.pk}: handed back at {step}, nothing sent") from exc
 
 
 def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None,

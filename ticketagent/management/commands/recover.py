@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
+from ticketagent.db_sessions import session_limits
 from ticketagent.recovery import recover_loop, recover_once
 
 
@@ -13,6 +14,7 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=None, help="seconds between passes")
 
     def handle(self, *args, loop=False, interval=None, **options):
+        session_limits("sweep")
         if loop:
             self.stdout.write("recovery sweep running; Ctrl-C stops it")
             try:

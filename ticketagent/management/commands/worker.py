@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 from django.db import connections
 
 import ticketagent.pipeline.run  # noqa: F401 - the job's code, loaded once before any fork
+from ticketagent.db_sessions import session_limits
 from ticketagent.recovery import recover_once
 
 # rq's worker key expires WORKER_TTL (+60) seconds after the last heartbeat; an idle
@@ -30,6 +31,7 @@ class Command(BaseCommand):
                           help="run jobs in this process (the default unless WORKER_FORK is set)")
 
     def handle(self, *args, burst=False, name=None, with_scheduler=False, fork=None, **options):
+        session_limits("worker")
         try:
             stats = recover_once()
             self.stdout.write(f"recovery at start: {stats}")
