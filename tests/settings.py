@@ -7,13 +7,17 @@ import os
 
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("RQ_QUEUE", "ticketagent-test")
-os.environ.setdefault("LEASE_SECONDS", "3")
+# A worker calls out only while its lease covers the whole call (the
+# channel's timeouts + LEASE_MARGIN_SECONDS): short timeouts, so a short lease.
+os.environ.setdefault("LEASE_SECONDS", "4")
 os.environ.setdefault("HEARTBEAT_SECONDS", "0.5")
+os.environ.setdefault("LEASE_MARGIN_SECONDS", "0.5")
+os.environ.setdefault("HELPDESK_UPSTREAM_TIMEOUT", "0")
 os.environ.setdefault("RECOVER_INTERVAL_SECONDS", "0.5")
 os.environ.setdefault("REQUEUE_GRACE_SECONDS", "2")
-os.environ.setdefault("HELPDESK_READ_TIMEOUT", "2")
-os.environ.setdefault("HELPDESK_CONNECT_TIMEOUT", "1")
-os.environ.setdefault("EMAIL_TIMEOUT", "2")
+os.environ.setdefault("HELPDESK_READ_TIMEOUT", "1.5")
+os.environ.setdefault("HELPDESK_CONNECT_TIMEOUT", "0.5")
+os.environ.setdefault("EMAIL_TIMEOUT", "1")
 os.environ.setdefault("OPENAI_API_KEY", "")
 os.environ.setdefault("HEALTH_CACHE_SECONDS", "0")
 # Most tests create tasks without a helpdesk; the check has tests of its own.

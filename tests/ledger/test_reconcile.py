@@ -1,26 +1,23 @@
-"""Reconcile asks the channel about an unknown effect only once the call it
-guards can no longer be in flight (its intent time + the channel's connect
-and read timeouts + a margin), and only an unknown effect: a found key is
-committed, an absent one "did not happen", and a verdict that landed while
-the look-up was out stands."""
+"""Reconcile asks the channel about an unknown effect only once it is settled:
+no earlier holder can still be calling and nothing it sent can still land --
+its lease deadline (the database's clock) + the channel's longest call + its
+in-flight bound (a gateway's upstream timeout) + a margin. Only an unknown
+effect: a found key is committed, an absent one "did not happen", and a
+verdict that landed while the look-up was out stands."""
 
 import datetime as dt
 
 import pytest
-from django.utils import timezone
 
+from ledger import services
 from ledger.channels import registry
 from ledger.channels.base import Channel
 from ledger.channels.rest import RestHelpdeskChannel
+from ledger.clock import db_now
 from ledger.faults import SimulatedCrash, arm
 from ledger.models import Effect, EffectState, ResolvedBy, Verdict
-from ledger.services import (
-    RECONCILE_MARGIN_SECONDS,
-    effect_reconcile,
-    effect_review,
-    effects_mark_unknown,
-    reconcile_not_before,
-)
+from ledger.services import effect_reconcile, effect_review, effects_mark_unknown, reconcile_not_before
+from ledger.statements import SETTLE_MARGIN_SECONDS
 
 from .helpers import run_notify
 
@@ -28,40 +25,59 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 
-def unknown_effect(window="after_call", action="notify_customer") -> Effect:
+def unknown_effect(window="after_call", action="notify_customer", claim_ended_at=None) -> Effect:
     arm(window)
     with pytest.raises(SimulatedCrash):
         run_notify(action=action)
-    [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died")
+    [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died",
+                                    claim_ended_at=claim_ended_at)
     return effect
 
 
-def age(effect: Effect, seconds: float) -> Effect:
-    Effect.objects.filter(pk=effect.pk).update(intent_at=timezone.now() - dt.timedelta(seconds=seconds))
+def settled_in(effect: Effect, seconds: float) -> Effect:
+    """The effect's settle time moved to `seconds` from the database's now (negative: past)."""
+    Effect.objects.filter(pk=effect.pk).update(settle_after=db_now() + dt.timedelta(seconds=seconds))
     effect.refresh_from_db()
     return effect
 
 
-class TestReconcileWaitsForTheCallToEnd:
-    @pytest.mark.parametrize("action, call_seconds", [("notify_customer", 1 + 2), ("notify_customer_email", 2 * 2)])
-    def test_the_wait_is_the_channels_timeouts_plus_a_margin(self, sandbox, action, call_seconds):
-        effect = unknown_effect(action=action)
-        wait = dt.timedelta(seconds=call_seconds + RECONCILE_MARGIN_SECONDS)
-        assert RECONCILE_MARGIN_SECONDS == 2.0
-        assert reconcile_not_before(effect) == effect.intent_at + wait
+class TestReconcileWaitsUntilTheEffectIsSettled:
+    @pytest.mark.parametrize("action, call_seconds", [("notify_customer", 0.5 + 1.5), ("notify_customer_email", 2 * 1)])
+    def test_the_wait_counts_from_the_old_holders_lease_deadline(self, sandbox, action, call_seconds):
+        deadline = db_now() + dt.timedelta(seconds=3)
+        effect = unknown_effect(action=action, claim_ended_at=deadline)
+        assert SETTLE_MARGIN_SECONDS == 2.0
+        assert effect.settle_after == deadline + dt.timedelta(seconds=call_seconds + SETTLE_MARGIN_SECONDS)
+        assert reconcile_not_before(effect) == effect.settle_after
+
+    def test_a_gateways_upstream_timeout_is_waited_out_too(self, sandbox, settings):
+        settings.HELPDESK_UPSTREAM_TIMEOUT = 60
+        deadline = db_now() + dt.timedelta(seconds=30)
+        effect = unknown_effect(claim_ended_at=deadline)
+        assert effect.settle_after == deadline + dt.timedelta(seconds=2 + 60 + SETTLE_MARGIN_SECONDS)
+
+    def test_a_deadline_already_past_counts_from_now(self, sandbox):
+        before = db_now()
+        effect = unknown_effect(claim_ended_at=before - dt.timedelta(hours=1))
+        assert effect.settle_after >= before + dt.timedelta(seconds=2 + SETTLE_MARGIN_SECONDS)
 
     def test_a_channel_without_timeouts_is_given_ten_seconds(self, sandbox, monkeypatch):
-        effect = unknown_effect()
+        arm("after_call")
+        with pytest.raises(SimulatedCrash):
+            run_notify()
         monkeypatch.setitem(registry.HELPDESK_KINDS, "rest", Channel)
-        assert reconcile_not_before(effect) == effect.intent_at + dt.timedelta(seconds=10 + 2)
+        deadline = db_now() + dt.timedelta(seconds=30)
+        [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died",
+                                        claim_ended_at=deadline)
+        assert effect.settle_after == deadline + dt.timedelta(seconds=10 + 0 + 2)
 
     def test_too_early_nothing_is_asked(self, sandbox, lookups):
-        effect = age(unknown_effect(), 4.5)  # 5 s to wait with the test settings
+        effect = settled_in(unknown_effect(), 0.5)
         effect = effect_reconcile(effect_id=effect.pk)
         assert (effect.state, effect.reconciled_at, lookups) == (EffectState.UNKNOWN, None, [])
 
-    def test_once_the_call_cannot_be_in_flight_it_asks(self, sandbox, lookups):
-        effect = age(unknown_effect(), 5.5)
+    def test_once_settled_it_asks(self, sandbox, lookups):
+        effect = settled_in(unknown_effect(), -0.01)
         effect = effect_reconcile(effect_id=effect.pk)
         assert lookups == [effect.idempotency_key]
         assert (effect.state, effect.resolved_by, effect.verdict) == (
@@ -70,14 +86,21 @@ class TestReconcileWaitsForTheCallToEnd:
         assert effect.external_ref == delivery["id"] and effect.reconciled_at is not None
         assert effect.last_reconcile.startswith("found by key")
 
-    def test_it_asks_from_that_instant_on(self, sandbox, lookups, monkeypatch):
+    def test_it_asks_from_that_instant_on_by_the_databases_clock(self, sandbox, lookups, monkeypatch):
         effect = unknown_effect()
         ready = reconcile_not_before(effect)
-        monkeypatch.setattr(timezone, "now", lambda: ready - dt.timedelta(microseconds=1))
+        monkeypatch.setattr(services, "db_now", lambda: ready - dt.timedelta(microseconds=1))
         assert effect_reconcile(effect_id=effect.pk).reconciled_at is None and lookups == []
-        monkeypatch.setattr(timezone, "now", lambda: ready)
-        assert effect_reconcile(effect_id=effect.pk).reconciled_at == ready
+        monkeypatch.setattr(services, "db_now", lambda: ready)
+        assert effect_reconcile(effect_id=effect.pk).reconciled_at is not None
         assert lookups == [effect.idempotency_key]
+
+    def test_a_row_without_a_settle_time_waits_from_its_intent(self, sandbox):
+        effect = unknown_effect()
+        Effect.objects.filter(pk=effect.pk).update(settle_after=None)
+        effect.refresh_from_db()
+        bound = RestHelpdeskChannel().max_call_seconds + SETTLE_MARGIN_SECONDS
+        assert reconcile_not_before(effect) == effect.intent_at + dt.timedelta(seconds=bound)
 
     def test_an_absent_key_did_not_happen(self, sandbox):
         effect = effect_reconcile(effect_id=unknown_effect("after_intent").pk, force=True)

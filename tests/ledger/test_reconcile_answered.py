@@ -1,21 +1,23 @@
-"""When a look-up may be trusted depends on why the effect is unknown: a call
-the helpdesk answered (a 503, an answer cut after its status line) cannot land
-later and is looked up at once; a call that timed out or was dropped before any
-answer may still land, and waits out the channel's longest call. The clock is
-set by hand; the helpdesk is the real sandbox (or, for a cut answer, a real
-socket server)."""
+"""When a look-up may be trusted depends on why the effect is unknown. An
+answer that proves the system handled the request (a 2xx status line, then
+the connection cut) is looked up at once; a 5xx proves nothing -- a gateway
+may still hand the request upstream -- and, like a call that timed out or was
+dropped before any answer, it waits out the channel's in-flight bound from
+its outcome (the database's clock). The helpdesk is the real sandbox (or, for
+a cut answer, a real socket server)."""
 
 import datetime as dt
 import socket
 import threading
 
 import pytest
-from django.utils import timezone
 
+from ledger import services
 from ledger.channels.http import AnswerCut, HttpClient, call
-from ledger.channels.rest import RestHelpdeskChannel
+from ledger.clock import db_now
 from ledger.models import Effect, EffectState, Verdict
-from ledger.services import RECONCILE_MARGIN_SECONDS, effect_reconcile, reconcile_not_before
+from ledger.services import effect_reconcile, reconcile_not_before
+from ledger.statements import SETTLE_MARGIN_SECONDS
 
 from .helpers import run_notify
 
@@ -23,48 +25,58 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 
-def bound(effect: Effect) -> dt.timedelta:
-    return dt.timedelta(seconds=RestHelpdeskChannel().max_call_seconds + RECONCILE_MARGIN_SECONDS)
-
-
 def at(monkeypatch, instant):
-    monkeypatch.setattr(timezone, "now", lambda: instant)
+    monkeypatch.setattr(services, "db_now", lambda: instant)
+
+
+class TestA5xxProvesNothing:
+    @pytest.mark.parametrize("status", [502, 503, 504])
+    def test_it_is_unknown_and_waits_the_in_flight_bound(self, sandbox, lookups, monkeypatch, settings, status):
+        settings.HELPDESK_UPSTREAM_TIMEOUT = 30
+        sandbox.set_faults(error_next={"notify": 1}, error_status=status)
+        before = db_now()
+        effect = run_notify().effect
+        effect.refresh_from_db()
+        assert (effect.state, effect.answered) == (EffectState.UNKNOWN, False)
+        assert f"answered {status}" in effect.last_error
+        ready = reconcile_not_before(effect)
+        assert ready == effect.settle_after >= before + dt.timedelta(seconds=30 + SETTLE_MARGIN_SECONDS)
+        at(monkeypatch, ready - dt.timedelta(microseconds=1))
+        assert effect_reconcile(effect_id=effect.pk).state == EffectState.UNKNOWN and lookups == []
+        at(monkeypatch, ready)
+        effect = effect_reconcile(effect_id=effect.pk)
+        assert lookups == [effect.idempotency_key]
+        # this 5xx recorded nothing: "not found" (now trusted) is the truth, the item may retry with the same key
+        assert (effect.state, effect.verdict) == (EffectState.FAILED, Verdict.NOT_HAPPENED)
+
+    def test_a_retry_clears_the_settle_time(self, sandbox):
+        sandbox.set_faults(error_next={"notify": 1}, error_status=503)
+        effect = run_notify().effect
+        effect_reconcile(effect_id=effect.pk, force=True)
+        effect = run_notify().effect
+        effect.refresh_from_db()
+        assert (effect.state, effect.attempts, effect.settle_after) == (EffectState.COMMITTED, 2, None)
 
 
 class TestAnAnsweredUnknownIsLookedUpAtOnce:
-    def test_a_503_may_be_asked_about_the_moment_it_was_recorded(self, sandbox, lookups, monkeypatch):
-        sandbox.set_faults(error_next={"notify": 1}, error_status=503)
+    def test_answered_again_on_a_retry_it_backs_off(self, sandbox):
         effect = run_notify().effect
-        assert (effect.state, effect.answered) == (EffectState.UNKNOWN, True)
-        assert reconcile_not_before(effect) == effect.outcome_at < effect.intent_at + bound(effect)
-        at(monkeypatch, effect.outcome_at)
-        effect = effect_reconcile(effect_id=effect.pk)
-        assert lookups == [effect.idempotency_key]
-        # the 503 recorded nothing: "not found" is the truth, and the item may retry with the same key
-        assert (effect.state, effect.verdict) == (EffectState.FAILED, Verdict.NOT_HAPPENED)
-        assert sandbox.deliveries(key=effect.idempotency_key) == []
-
-    def test_answered_again_on_a_retry_it_backs_off(self, sandbox, monkeypatch):
-        sandbox.set_faults(error_next={"notify": 1}, error_status=503)
-        effect = run_notify().effect
-        Effect.objects.filter(pk=effect.pk).update(attempts=2)
+        Effect.objects.filter(pk=effect.pk).update(state=EffectState.UNKNOWN, answered=True, attempts=2)
         effect.refresh_from_db()
         assert reconcile_not_before(effect) == effect.outcome_at, "one retry answered again: still at once"
         Effect.objects.filter(pk=effect.pk).update(attempts=4)
         effect.refresh_from_db()
         assert reconcile_not_before(effect) == effect.outcome_at + dt.timedelta(seconds=2)
-        Effect.objects.filter(pk=effect.pk).update(attempts=30)
-        effect.refresh_from_db()
-        assert reconcile_not_before(effect) == effect.outcome_at + bound(effect), "never longer than the bound"
 
 
 class TestAnUnansweredUnknownWaitsForTheCallToEnd:
-    def test_a_drop_before_any_answer_waits_the_whole_bound(self, sandbox, lookups, monkeypatch):
+    def test_a_drop_before_any_answer_waits_the_in_flight_bound(self, sandbox, lookups, monkeypatch):
         sandbox.set_faults(drop_next={"notify": 1})
         effect = run_notify().effect
+        effect.refresh_from_db()
         assert (effect.state, effect.answered) == (EffectState.UNKNOWN, False)
-        ready = effect.intent_at + bound(effect)
-        assert reconcile_not_before(effect) == ready
+        ready = reconcile_not_before(effect)
+        assert ready == effect.settle_after
         at(monkeypatch, ready - dt.timedelta(microseconds=1))
         assert effect_reconcile(effect_id=effect.pk).state == EffectState.UNKNOWN and lookups == []
         at(monkeypatch, ready)
@@ -73,12 +85,15 @@ class TestAnUnansweredUnknownWaitsForTheCallToEnd:
         assert (effect.state, effect.verdict) == (EffectState.COMMITTED, Verdict.HAPPENED)
         assert len(sandbox.deliveries(key=effect.idempotency_key)) == 1
 
-    def test_a_timeout_waits_the_whole_bound(self, sandbox, lookups, monkeypatch):
-        sandbox.set_faults(latency_ms=2500)  # past the read timeout (2 s in the test settings)
+    def test_a_timeout_waits_the_in_flight_bound(self, sandbox):
+        sandbox.set_faults(latency_ms=2000)  # past the read timeout (1.5 s in the test settings)
+        before = db_now()
         effect = run_notify().effect
         sandbox.clear_faults()
+        effect.refresh_from_db()
         assert (effect.state, effect.answered) == (EffectState.UNKNOWN, False)
-        assert reconcile_not_before(effect) == effect.intent_at + bound(effect)
+        assert reconcile_not_before(effect) == effect.settle_after >= before + dt.timedelta(
+            seconds=SETTLE_MARGIN_SECONDS)
 
 
 @pytest.fixture

@@ -1,0 +1,147 @@
+"""Workers that are slow instead of dead: their database answers stall, or their link is cut silently.
+
+A SIGKILLed worker closes its socket and never wakes up; these do wake up
+(or stay half-open), which is what a sleeping laptop, a stalled VM or a
+lost network does. Each worker under test talks to PostgreSQL through its
+own `ops.faultproxy.FaultProxy`; the sandbox ignores idempotency keys, so a
+call made twice is delivered twice and counted.
+"""
+
+import os
+import signal
+import threading
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from ledger.models import Effect, EffectState
+from ops.faultproxy import FaultProxy
+from ops.processes import database_url
+from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
+
+from ..conftest import wait_for
+from ..factories import make_task
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+INTENT_STATEMENT = b'INSERT INTO "ledger_effect"'
+
+
+@pytest.fixture
+def proxy():
+    db = connection.settings_dict
+    with FaultProxy(db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)) as running:
+        yield running
+
+
+def via(proxy: FaultProxy) -> str:
+    parts = urlsplit(database_url())
+    netloc = parts.netloc.rsplit("@", 1)
+    netloc[-1] = f"127.0.0.1:{proxy.port}"
+    return urlunsplit(parts._replace(netloc="@".join(netloc)))
+
+
+def delivered_once(task: Task, sandbox) -> dict:
+    """Every delivery at the key-ignoring sandbox, per key: each committed effect exactly once."""
+    committed = set(Effect.objects.filter(owner_task=str(task.pk), state=EffectState.COMMITTED)
+                    .values_list("idempotency_key", flat=True))
+    counts: dict[str, int] = {}
+    for delivery in sandbox.deliveries():
+        counts[delivery["key"]] = counts.get(delivery["key"], 0) + 1
+    assert {key: n for key, n in counts.items() if n > 1} == {}, "delivered twice"
+    assert set(counts) == committed
+    return counts
+
+
+def aim_at(proxy: FaultProxy, nth: int, seconds: float, then) -> None:
+    """Hold the answers on the connection that sends the `nth` intent statement from now, and call `then()`."""
+    if nth == 1:
+        proxy.stall_next(INTENT_STATEMENT, seconds, on_match=then)
+    else:
+        proxy.stall_next(INTENT_STATEMENT, 0, on_match=lambda: aim_at(proxy, nth - 1, seconds, then))
+
+
+@pytest.mark.parametrize("nth", [1, 2], ids=["intent-in-a-transaction", "intent-committed-by-itself"])
+def test_a_worker_whose_answers_stall_past_its_lease_makes_no_call(workers, sandbox, proxy, nth):
+    """A statement that writes an effect's intent reaches PostgreSQL; its
+    answer (and every other answer to that worker) is held past the lease.
+    The first intent is written in the decision's transaction: the server
+    ends the idle transaction, nothing of it stays. The second is chained
+    into the first effect's outcome, one statement that commits by itself:
+    the intent is there, the worker does not know. Either way the sweep
+    takes the item over, the effect is settled and sent once by another
+    worker, and the stalled one wakes up and sends nothing."""
+    sandbox.set_faults(honor_keys=False)
+    stall = settings.LEASE_SECONDS * 3 + 4  # past the take-over, the settle time and the retry
+    matched = []
+    aim_at(proxy, nth, stall, lambda: (matched.append(time.monotonic()), proxy.stall(stall)))
+    task = make_task(1)
+    item = task.items.get()
+    [victim] = workers.start(1, extra_env={"DATABASE_URL": via(proxy)})
+    wait_for(lambda: matched, timeout=60, message="the worker's intent statement")
+    workers.start_recovery()
+    workers.start(1)
+    wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=90,
+             message="the task to finish without the stalled worker")
+    assert Event.objects.filter(item=item, type=EventType.RECOVERED).exists()
+    wait_for(lambda: time.monotonic() > matched[0] + stall + 3, timeout=stall + 10, message="the stall to end")
+    woke = ("nothing more called or written", "server closed the connection", "idle-in-transaction timeout")
+    try:
+        wait_for(lambda: any(line in victim.log_path.read_text() for line in woke), timeout=15,
+                 message="the stalled worker to wake up and stop")
+    except AssertionError:
+        raise AssertionError(victim.log_path.read_text()[-4000:]) from None
+    delivered_once(task, sandbox)
+
+
+def test_a_worker_cut_off_mid_transaction_freezes_nothing(workers, sandbox, proxy, redis_conn):
+    """A silent cut while the worker holds its item's row lock in an open
+    transaction (the decision's phase: the item locked, the chained intent
+    inserted, COMMIT not sent): its session is left idle in transaction on
+    the server, its client waits on a half-open socket. The item runs again
+    within lease time + 5 s while the connection is still half-open;
+    meanwhile the sweep goes on with another task, whose worker was killed,
+    and that task finishes too."""
+    from rq import Worker
+
+    sandbox.set_faults(honor_keys=False, latency_ms=200)
+    [spare] = workers.start(1)  # the one healthy worker, paused until the others are in place
+    wait_for(lambda: len(Worker.all(connection=redis_conn)) >= 1, timeout=60, message="the spare worker")
+    os.kill(spare.pid, signal.SIGSTOP)
+    workers.start_recovery()
+    cut = []
+
+    def cut_soon():  # once the statement has reached the server and run, its answer held
+        threading.Timer(0.3, lambda: (proxy.drop(), cut.append(time.monotonic()))).start()
+
+    proxy.stall_next(INTENT_STATEMENT, 600, on_match=cut_soon)
+    lost_task = make_task(1, prefix="LOST")
+    lost_item = lost_task.items.get()
+    workers.start(1, extra_env={"DATABASE_URL": via(proxy)})
+    wait_for(lambda: cut, timeout=60, message="the cut")
+    assert Item.objects.get(pk=lost_item.pk).status == ItemStatus.RUNNING
+    started = Event.objects.filter(item=lost_item, type=EventType.ITEM_STARTED).count()
+    other_task = make_task(1, prefix="OTHER")  # its worker dies holding the lease: only the sweep moves it on
+    other_item = other_task.items.get()
+    [killed] = workers.start(1)
+    wait_for(lambda: Item.objects.get(pk=other_item.pk).status == ItemStatus.RUNNING, timeout=60,
+             message="the other task's item to be leased")
+    workers.kill(killed)
+    os.kill(spare.pid, signal.SIGCONT)
+    wait_for(lambda: Event.objects.filter(item=lost_item, type=EventType.ITEM_STARTED).count() > started,
+             timeout=60, message="the cut worker's item to run again")
+    rerun = time.monotonic() - cut[0]
+    cut_at = time.time() - rerun
+    timeline = [(round(e.timestamp.timestamp() - cut_at, 2), e.type, e.actor) for e in
+                Event.objects.filter(item=lost_item).order_by("id")]
+    assert rerun < settings.LEASE_SECONDS + 5, (rerun, timeline, workers.logs())
+    wait_for(lambda: Task.objects.get(pk=other_task.pk).status == TaskStatus.COMPLETED, timeout=60,
+             message="the other task to finish while the link is cut")
+    wait_for(lambda: Task.objects.get(pk=lost_task.pk).status == TaskStatus.COMPLETED, timeout=60,
+             message="the cut worker's task to finish")
+    assert proxy.counts["heal"] == 0, "the cut worker's link stayed half-open throughout"
+    delivered_once(lost_task, sandbox)
+    delivered_once(other_task, sandbox)
