@@ -57,7 +57,7 @@ def _round(bench: Bench, round_no: int, workers: list[Child], restart: list[floa
                        allow_auto_close=True, failure_threshold=5)
     item = Item.objects.get(task=task)
     current = _wait_mid_item(bench, item, round_no)
-    horse_pid = int(current.lease_owner.rsplit(":", 1)[1])
+    horse_pid = int(current.lease_owner.split(":")[1])  # host:pid:random
     victim = next((c for c in workers if c.poll() is None and (c.pid == horse_pid or horse_pid in {
         p.pid for p in psutil.Process(c.pid).children(recursive=True)})), None)
     if victim is None:

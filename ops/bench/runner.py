@@ -19,6 +19,7 @@ Sections (names for `--only`), one module each:
     upload     10k (and 50k) tickets through the upload page: seconds, RSS growth, Redis round trips
     fairness   a small task behind a 10k-item one: first start, completion vs alone; cancel
     unknowns   10% dropped connections, 10% 503s: unknown -> settled per cause; duplicates, ours and the peer's
+    window     the window that remains: a call's last lease check -> its request's bytes leave
 
 The runner uses the configured database and Redis as they are: the command
 (`ops/management/commands/bench.py`) is what points them at a dedicated
@@ -49,6 +50,7 @@ from ops.bench import (
     replay,
     unknowns,
     upload,
+    window,
     writes,
 )
 from ops.bench.children import BenchProcesses
@@ -58,11 +60,12 @@ from ops.bench.sizes import Sizes
 from ops.processes import database_url
 
 SECTIONS = ("overhead", "gate", "latency", "kill", "dashboard", "dryrun", "replay", "peer", "writes", "upload",
-            "fairness", "unknowns")
+            "fairness", "unknowns", "window")
 DATASET_SECTIONS = ("dashboard", "dryrun", "replay")
 RUN = {"overhead": overhead.run, "gate": gate.run, "latency": latency.run, "kill": kill.run,
        "dashboard": dashboard.run, "dryrun": dryrun.run, "replay": replay.run, "peer": peer.run,
-       "writes": writes.run, "upload": upload.run, "fairness": fairness.run, "unknowns": unknowns.run}
+       "writes": writes.run, "upload": upload.run, "fairness": fairness.run, "unknowns": unknowns.run,
+       "window": window.run}
 
 
 class Bench:
