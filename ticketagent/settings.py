@@ -154,6 +154,10 @@ HEALTH_CACHE_SECONDS = envfloat("HEALTH_CACHE_SECONDS", 5.0, minimum=0.0)
 # unless the previous one ended cleanly moments ago: pipeline/run.py) or,
 # with WORKER_FORK, in a work-horse forked per job, rq's classic model.
 WORKER_FORK = envbool("WORKER_FORK", False)
+# How often a worker checks that its command channel (rq's stop-job, shutdown,
+# kill-horse) still delivers, by a probe through it; a deaf one is rebuilt
+# (ticketagent/rqworker.py). 0: never checked (rq's own behaviour).
+WORKER_COMMAND_CHECK_SECONDS = envfloat("WORKER_COMMAND_CHECK_SECONDS", 30.0, minimum=0.0)
 RQ_SHOW_ADMIN_LINK = True
 
 # --- auth ---------------------------------------------------------------------
