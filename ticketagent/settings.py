@@ -169,6 +169,10 @@ HEALTH_CACHE_SECONDS = envfloat("HEALTH_CACHE_SECONDS", 5.0, minimum=0.0)
 # unless the previous one ended cleanly moments ago: pipeline/run.py) or,
 # with WORKER_FORK, in a work-horse forked per job, rq's classic model.
 WORKER_FORK = envbool("WORKER_FORK", False)
+# How often a worker checks that its command channel (rq's stop-job, shutdown,
+# kill-horse) still delivers, by a probe through it; a deaf one is rebuilt
+# (ticketagent/rqworker.py). 0: never checked (rq's own behaviour).
+WORKER_COMMAND_CHECK_SECONDS = envfloat("WORKER_COMMAND_CHECK_SECONDS", 30.0, minimum=0.0)
 RQ_SHOW_ADMIN_LINK = True
 
 # --- auth ---------------------------------------------------------------------
@@ -204,18 +208,27 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # --- security (docs/security.md) ---------------------------------------------------
 # DEBUG on (make run, plain http on 127.0.0.1): no HTTPS redirect, no HSTS,
 # cookies without the Secure flag. DEBUG off: all of them on; `manage.py check
-# --deploy --fail-level WARNING` is clean (a test checks).
-SESSION_COOKIE_SECURE = not DEBUG
-CSRF_COOKIE_SECURE = not DEBUG
+# --deploy --fail-level WARNING` is clean (a test checks). PLAIN_HTTP=true
+# (docs/deploy.md "Plain HTTP or TLS"): DEBUG off served over plain http with
+# nothing in front, e.g. on a private network: the three are off and their
+# deploy-check warnings silenced, because the operator chose so.
+PLAIN_HTTP = envbool("PLAIN_HTTP", False)
+_HTTPS = not DEBUG and not PLAIN_HTTP
+SESSION_COOKIE_SECURE = _HTTPS
+CSRF_COOKIE_SECURE = _HTTPS
 SESSION_COOKIE_HTTPONLY = True
 # htmx sends the token from <body hx-headers>; no script ever reads the cookie.
 CSRF_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 12 * 3600, minimum=60)
-SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
-SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 3600, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _HTTPS)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 3600 if _HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _HTTPS)
+if PLAIN_HTTP and (SECURE_SSL_REDIRECT or SECURE_HSTS_SECONDS):
+    raise ImproperlyConfigured(
+        "PLAIN_HTTP=true serves plain http, but SECURE_SSL_REDIRECT=true or SECURE_HSTS_SECONDS > 0 asks browsers "
+        "for https: unset one of them (docs/deploy.md, \"Plain HTTP or TLS\")")
 # Preloading is a commitment to browsers' built-in HSTS lists, hard to undo:
 # opt in explicitly. Until then Django's reminder (security.W021) is silenced.
 SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
@@ -223,6 +236,9 @@ SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 # django-ratelimit names the cache backends it tested; Django's own RedisCache is
 # not among them but does what it needs: add() is SET NX and incr() is INCRBY, atomic.
 SILENCED_SYSTEM_CHECKS.append("django_ratelimit.W001")
+if PLAIN_HTTP:
+    # no HSTS (W004), no HTTPS redirect (W008), cookies without Secure (W012, W016): what PLAIN_HTTP means
+    SILENCED_SYSTEM_CHECKS += ["security.W004", "security.W008", "security.W012", "security.W016"]
 # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (otherwise the
 # HTTPS redirect would loop). Only set it when the proxy strips the header from clients.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("TRUST_X_FORWARDED_PROTO", False) else None

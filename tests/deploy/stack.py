@@ -97,13 +97,20 @@ def production_env(workers, tmp_path: Path, port: int) -> dict:
     }
 
 
-def start_stack(workers, tmp_path: Path, *, processes=("web", "worker", "sweep")) -> Stack:
+def start_stack(workers, tmp_path: Path, *, processes=("web", "worker", "sweep"),
+                env_changes: dict[str, str | None] | None = None) -> Stack:
+    """`env_changes` replaces variables of production_env(); a None value removes one."""
     if connection.vendor != "postgresql":
         skip_or_fail("the production stack runs on PostgreSQL (TEST_DATABASE_URL or a local PostgreSQL)")
     port = free_port()
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     env = production_env(workers, tmp_path, port)
+    for name, value in (env_changes or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     stack = Stack(env, Processes(env=env, log_dir=log_dir), port, log_dir)
     collected = stack.manage("collectstatic", "--noinput", "--verbosity", "0")
     assert collected.returncode == 0, collected.stderr[-3000:]

@@ -38,12 +38,14 @@ class Command(BaseCommand):
         except Exception as exc:  # noqa: BLE001 - the worker still starts; the sweep loop retries
             self.stderr.write(f"recovery at start failed: {exc}")
         fork = settings.WORKER_FORK if fork is None else fork
-        kwargs = {"burst": burst, "with_scheduler": with_scheduler, "worker_ttl": WORKER_TTL}
+        # rq's worker classes with a command channel that is checked and rebuilt (ticketagent/rqworker.py)
+        kwargs = {"burst": burst, "with_scheduler": with_scheduler, "worker_ttl": WORKER_TTL,
+                  "worker_class": "ticketagent.rqworker.Worker"}
         if not fork:
             # One process runs every job: its database connection is kept
             # between jobs (each job health-checks it first, ticketagent.jobs)
             # instead of a connection and a fork per job.
-            kwargs["worker_class"] = "rq.worker.SimpleWorker"
+            kwargs["worker_class"] = "ticketagent.rqworker.SimpleWorker"
             for conn in connections.all():
                 if not conn.settings_dict.get("CONN_MAX_AGE"):
                     conn.settings_dict["CONN_MAX_AGE"] = None

@@ -1,0 +1,135 @@
+"""RQ workers whose command channel (stop-job, shutdown, kill-horse) is probed and rebuilt when it goes deaf.
+
+rq listens for commands on a pub/sub connection in a thread of its own
+(``Worker.subscribe``). That thread exits on any error but a ConnectionError
+(a connect that times out raises TimeoutError: a Redis host that is
+unreachable, not refused), and a link cut silently leaves it waiting on a
+socket that will never deliver: either way the worker keeps taking jobs but
+never hears a command again. Here a watchdog thread publishes a probe on the
+worker's own channel every ``WORKER_COMMAND_CHECK_SECONDS``; when the probe
+does not come back through the subscription within the check's timeout, it
+closes the subscription and subscribes again on a new connection, one with
+connect and read timeouts and TCP keepalives so a reconnect cannot hang.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import redis
+from django.conf import settings
+from rq.command import parse_payload
+from rq.worker import SimpleWorker as RQSimpleWorker
+from rq.worker import Worker as RQWorker
+
+PROBE_COMMAND = "ticketagent-probe"  # rq's handle_command ignores commands it does not know
+
+
+class CommandChannelWatchdog:
+    """Mixin for an rq worker: subscribe with timeouts, probe the subscription, rebuild it when it is deaf."""
+
+    def subscribe(self):
+        self._watch_lock = threading.Lock()
+        self._watch_stop = threading.Event()
+        self._probe_seen = threading.Event()
+        self._probe_token = ""
+        self.resubscriptions = 0
+        self._subscribe_with_timeouts()
+        interval = settings.WORKER_COMMAND_CHECK_SECONDS
+        if interval > 0:
+            threading.Thread(target=self._watch, args=(interval,), name="command-channel-watchdog",
+                             daemon=True).start()
+
+    def unsubscribe(self):
+        stop = getattr(self, "_watch_stop", None)
+        if stop is not None:
+            stop.set()
+            with self._watch_lock:
+                super().unsubscribe()
+        else:
+            super().unsubscribe()
+
+    def handle_payload(self, message):
+        try:
+            payload = parse_payload(message)
+        except (ValueError, KeyError, AttributeError):
+            self.log.warning("Worker %s: ignored a command that is not JSON", self.name)
+            return
+        if payload.get("command") == PROBE_COMMAND:
+            if payload.get("token") == self._probe_token:
+                self._probe_seen.set()
+            return
+        super().handle_payload(message)
+
+    # -- the subscription ------------------------------------------------------
+    def _command_client(self) -> redis.Redis:
+        """A client on the worker's Redis whose sockets time out and keep alive (the queue's own
+        connection blocks on BLMOVE for up to a minute, so it cannot carry a short read timeout)."""
+        pool = self.connection.connection_pool
+        timeout = _probe_timeout(settings.WORKER_COMMAND_CHECK_SECONDS)
+        kwargs = {**pool.connection_kwargs, "socket_connect_timeout": timeout, "socket_timeout": timeout,
+                  "socket_keepalive": True, "health_check_interval": 0}
+        return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+
+    def _subscribe_with_timeouts(self) -> None:
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        client = self._command_client()
+        pubsub = client.pubsub()
+        try:
+            pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        except BaseException:
+            pubsub.close()
+            client.connection_pool.disconnect()
+            raise
+        self.pubsub = pubsub
+        self.pubsub_thread = pubsub.run_in_thread(sleep_time=1, daemon=True,
+                                                  exception_handler=self._pubsub_exception_handler)
+
+    def _probe(self, client: redis.Redis, timeout: float) -> str:
+        """Why a message published now on our channel does not reach our handler within `timeout` ("": it does)."""
+        self._probe_seen.clear()
+        self._probe_token = f"{time.monotonic_ns()}"
+        payload = json.dumps({"command": PROBE_COMMAND, "token": self._probe_token})
+        if not self.pubsub_thread.is_alive():
+            return "its thread has exited"
+        if client.publish(self.pubsub_channel_name, payload) < 1:
+            return "Redis has no subscriber on it"
+        return "" if self._probe_seen.wait(timeout) else f"a probe did not come back within {timeout:g} s"
+
+    def _watch(self, interval: float) -> None:
+        timeout = _probe_timeout(interval)
+        client = self._command_client()
+        while not self._watch_stop.wait(interval):
+            try:
+                reason = self._probe(client, timeout)
+                if not reason:
+                    continue
+            except redis.RedisError as exc:
+                self.log.warning("Worker %s: command channel probe failed: %s", self.name, exc)
+                continue  # Redis itself is out of reach: the next probe tries again
+            with self._watch_lock:
+                if self._watch_stop.is_set():
+                    return
+                self.log.warning("Worker %s: the command channel stopped delivering (%s); subscribing again",
+                                 self.name, reason)
+                # the old thread sees the flag within a second and closes its own connection
+                self.pubsub_thread.stop()
+                try:
+                    self._subscribe_with_timeouts()
+                    self.resubscriptions += 1
+                except redis.RedisError as exc:
+                    self.log.warning("Worker %s: subscribing again failed: %s", self.name, exc)
+
+
+def _probe_timeout(interval: float) -> float:
+    return max(1.0, min(5.0, interval / 2))
+
+
+class Worker(CommandChannelWatchdog, RQWorker):
+    """rq's forking worker (WORKER_FORK=true) with a checked command channel."""
+
+
+class SimpleWorker(CommandChannelWatchdog, RQSimpleWorker):
+    """rq's in-process worker (the default) with a checked command channel."""
