@@ -171,7 +171,7 @@ def hosts(tmp_path):
         skip_or_fail(f"the walkthrough across hosts needs network namespaces: {reason}")
     built = TwoHosts(tmp_path, lease_seconds=LEASE, heartbeat_seconds=HEARTBEAT,
                      extra_env={"HELPDESK_READ_TIMEOUT": "1.5", "HELPDESK_CONNECT_TIMEOUT": "1",
-                                "HELPDESK_UPSTREAM_TIMEOUT": "5"})
+                                "HELPDESK_UPSTREAM_TIMEOUT": "5", "EMAIL_TIMEOUT": "1"})
     try:
         built.build()
         built.start_database()
