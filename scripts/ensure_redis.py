@@ -41,6 +41,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ops.processes import die_with_parent_preexec  # noqa: E402
+
 LOCAL_URL = "redis://127.0.0.1:6379/0"
 CHOICE_ENV = "TICKETAGENT_REDIS_SERVER"
 
@@ -174,36 +179,6 @@ def find_server_binary(choice: str | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- starting
-
-
-_prctl = None
-
-
-def _load_prctl():
-    global _prctl
-    if _prctl is None and sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _prctl = False
-    return _prctl or None
-
-
-def die_with_parent_preexec():
-    """A ``preexec_fn`` that makes the child get SIGTERM when we die (Linux), or None.
-
-    So even a SIGKILLed ``make run`` leaves no server or worker behind.
-    """
-    prctl = _load_prctl()
-    if prctl is None:
-        return None
-
-    def _preexec():
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-    return _preexec
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
