@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from ops.processes import Processes, wait_port
 from ops.procfile import command_line, read_procfile
-from tests.conftest import ROOT, skip_or_fail
+from tests.conftest import ROOT
 
 OPERATOR = ("ops", "ops-pass-4711-correct-horse")
 
@@ -98,8 +97,6 @@ def production_env(workers, tmp_path: Path, port: int) -> dict:
 
 
 def start_stack(workers, tmp_path: Path, *, processes=("web", "worker", "sweep")) -> Stack:
-    if connection.vendor != "postgresql":
-        skip_or_fail("the production stack runs on PostgreSQL (TEST_DATABASE_URL or a local PostgreSQL)")
     port = free_port()
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
