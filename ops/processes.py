@@ -121,6 +121,23 @@ def die_with_parent_preexec():
     return _preexec
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def wait_port(port: int, timeout: float = 60.0, *, host: str = "127.0.0.1",
               check: Callable[[], None] | None = None) -> bool:
     """True once something accepts connections on `port`; `check` runs between tries

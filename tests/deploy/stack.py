@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -19,17 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from ops.processes import Processes, wait_port
+from ops.processes import Processes, free_port, wait_port
 from ops.procfile import command_line, read_procfile
 from tests.conftest import ROOT
 
 OPERATOR = ("ops", "ops-pass-4711-correct-horse")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
