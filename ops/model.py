@@ -30,7 +30,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -40,6 +39,8 @@ import urllib.request
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+
+from ops.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SDIST = ("llama-cpp-python", "0.3.36")
@@ -164,12 +165,6 @@ def wait_healthy(port: int, timeout: float = 60.0, check: Callable[[], None] | N
             pass
         time.sleep(0.2)
     return False
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server(procs, *, log: Path, timeout: float = 60.0, check: Callable[[], None] | None = None,

@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import psutil
 
@@ -81,10 +82,60 @@ def database_url() -> str:
     from django.db import connection
 
     db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
     auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    host = db["HOST"] or "127.0.0.1"
+    if host.startswith("/"):  # a unix socket's folder (the private server of ops/pgserver.py)
+        server = quote(host, safe="") + (f":{db['PORT']}" if db["PORT"] else "")
+    else:
+        server = f"{host}:{db['PORT'] or 5432}"
+    return f"postgres://{auth}@{server}/{db['NAME']}"
+
+
+_prctl = None
+
+
+def _load_prctl():
+    global _prctl
+    if _prctl is None and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _prctl = False
+    return _prctl or None
+
+
+def die_with_parent_preexec():
+    """A ``preexec_fn`` that makes the child get SIGTERM when we die (Linux), or None.
+
+    So even a SIGKILLed ``make run`` leaves no server or worker behind.
+    """
+    prctl = _load_prctl()
+    if prctl is None:
+        return None
+
+    def _preexec():
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    return _preexec
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def wait_port(port: int, timeout: float = 60.0, *, host: str = "127.0.0.1",

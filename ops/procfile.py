@@ -8,7 +8,8 @@ anything else ignored. ``$VAR``, ``${VAR}`` and ``${VAR:-default}`` are
 expanded from the given environment (a shell would do it for honcho); the
 command is then split like a shell would, without running one. A bare
 ``python`` is this interpreter, and another bare program name is looked up
-next to it first (the virtualenv's ``bin/``), then on PATH.
+next to it first (the virtualenv's ``bin/``), then on PATH. The ``.env``
+file beside the Procfile, which those tools read too, is ``load_env_file``'s.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
+
+from dotenv import dotenv_values
 
 _LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
 _VARIABLE = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
@@ -54,3 +57,27 @@ def command_line(command: str, env: dict[str, str]) -> list[str]:
         beside = Path(sys.executable).parent / program
         argv[0] = str(beside) if beside.exists() else (shutil.which(program, path=env.get("PATH")) or program)
     return argv
+
+
+def load_env_file(path: Path) -> list[str]:
+    """The settings of a ``.env`` file into os.environ, never overriding what
+    is already set; returns the names it set."""
+    loaded = []
+    for key, value in dotenv_values(path, interpolate=False).items():
+        if value is not None and key not in os.environ:
+            os.environ[key] = value
+            loaded.append(key)
+    return loaded
+
+
+def int_env(name: str, default: int, minimum: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SystemExit(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise SystemExit(f"{name}={value} is below the minimum of {minimum}")
+    return value

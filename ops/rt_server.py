@@ -55,7 +55,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -64,6 +63,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
+
+from ops.processes import free_port
 
 __all__ = ["RTAnswer", "RTServer", "RTServerError", "freeze_rt_process", "rt_missing", "set_full_text",
            "start_rt_process", "start_rt_server", "stop_rt_process", "stop_rt_server"]
@@ -315,12 +316,6 @@ def _tail(path: Path, size: int = 4000) -> str:
         return ""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _command(as_user: pwd.struct_passwd | None, *args: str) -> list[str]:
     """Run ``args`` through setpriv: as ``www-data`` when we are root, and with
     SIGTERM as the parent-death signal, so a killed test run leaves no server."""
@@ -383,7 +378,7 @@ def start_rt_server(*, port: int | None = None, workers: int = 4, timeout: float
         raise RTServerError(missing)
     started = time.monotonic()
     as_user = _run_as()
-    port = port or _free_port()
+    port = port or free_port()
     root = _make_root()
     server = None
     try:

@@ -41,6 +41,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ops.processes import die_with_parent_preexec, free_port, port_is_free  # noqa: E402, F401 (used by run.py)
+
 LOCAL_URL = "redis://127.0.0.1:6379/0"
 CHOICE_ENV = "TICKETAGENT_REDIS_SERVER"
 
@@ -96,22 +101,6 @@ def _raw_ping(url: str, timeout: float) -> bool:
 
 def with_db(url: str, db: int) -> str:
     return urlsplit(url)._replace(path=f"/{db}").geturl()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
 
 
 # --------------------------------------------------------------------------- binaries
@@ -174,36 +163,6 @@ def find_server_binary(choice: str | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- starting
-
-
-_prctl = None
-
-
-def _load_prctl():
-    global _prctl
-    if _prctl is None and sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _prctl = False
-    return _prctl or None
-
-
-def die_with_parent_preexec():
-    """A ``preexec_fn`` that makes the child get SIGTERM when we die (Linux), or None.
-
-    So even a SIGKILLed ``make run`` leaves no server or worker behind.
-    """
-    prctl = _load_prctl()
-    if prctl is None:
-        return None
-
-    def _preexec():
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-    return _preexec
 
 
 def log_tail(path: Path, lines: int = 15) -> str:

@@ -19,8 +19,9 @@ How a session runs:
    in the copy; every mutant that survives that runs the whole of
    ``tests/ledger`` (with the multi-process race tests, ``slow``). Each run
    has a Redis server of its own (TICKETAGENT_REDIS_SERVER=system) and the
-   database ``make test`` would use (set TEST_DATABASE_URL to keep it apart
-   from other runs; ``--reuse-db`` keeps its test database between mutants).
+   PostgreSQL of TEST_DATABASE_URL, else the checkout's private server
+   (var/postgres, ops/pgserver.py), started once for the session and stopped
+   at its end (``--reuse-db`` keeps the test database between mutants).
 4. Prints the diff of every surviving mutant and cosmic-ray's totals.
    Survivors are killed by a test or listed with their reason in
    docs/testing.md ("Equivalent mutants").
@@ -42,6 +43,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ops import pgserver  # noqa: E402
+
 WORK = ROOT / "var" / "mutation"
 TREE = WORK / "tree"
 SESSION = WORK / "session.sqlite"
@@ -144,12 +149,22 @@ def main(argv: list[str]) -> int:
     if argv == ["--report-only"]:
         report()
         return 0
-    if argv == ["--survivors"]:
-        return survivors_again()
-    if argv:
+    if argv and argv != ["--survivors"]:
         print(__doc__, file=sys.stderr)
         return 2
-    return new_session()
+    server = None
+    if not os.environ.get("TEST_DATABASE_URL", "").strip():
+        try:
+            server = pgserver.start(ROOT / "var")
+        except pgserver.NoPostgres as exc:
+            print(f"mutation: {exc}", file=sys.stderr)
+            return 1
+        os.environ["TEST_DATABASE_URL"] = server.url
+    try:
+        return new_session() if not argv else survivors_again()
+    finally:
+        if server is not None:
+            server.stop()
 
 
 if __name__ == "__main__":

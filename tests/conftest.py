@@ -1,7 +1,7 @@
 """Shared fixtures: real Redis, a real sandbox helpdesk process, real RQ
 worker processes against the test database, and named users.
 
-A test that needs something a laptop may lack (Redis, PostgreSQL, Chromium)
+A test that needs something a laptop may lack (Redis, Chromium, Request Tracker)
 skips with the reason; with TICKETAGENT_REQUIRE_ALL=1 (set by .ci/run) the
 skip is a failure instead.
 """

@@ -27,12 +27,6 @@ from ticketagent.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-# One SQLite test database per test run, so two runs on one checkout don't
-# share (and destroy) each other's file. Worker processes get its path from
-# DATABASE_URL.
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-ticketagent-{os.getpid()}.sqlite3")}  # noqa: F405
-
 # Pages are rendered without collectstatic: plain static names, found in the
 # source folders. The production storage (hashed names from collectstatic's
 # manifest) is exercised by tests/deploy/, which runs collectstatic.

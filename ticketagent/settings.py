@@ -1,12 +1,13 @@
 """Settings for the ticket agents, read from the environment.
 
 Every variable is documented in README.md ("Configuration") and .env.example.
-Local defaults are safe for a laptop: SQLite under var/, a local Redis,
+Local defaults are safe for a laptop: the private PostgreSQL under var/, a local Redis,
 the offline model and the sandbox helpdesk. With DEBUG off the process
 refuses to start without SECRET_KEY and ALLOWED_HOSTS.
 """
 
 from pathlib import Path
+from urllib.parse import quote
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -109,32 +110,26 @@ TEMPLATES = [
 ]
 
 # --- database ---------------------------------------------------------------
-DATABASE_URL = envstr("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'ticketagent.sqlite3'}"
+# The default is the private PostgreSQL that `make run` starts under var/ (ops/pgserver.py), over its unix socket.
+DATABASE_URL = envstr("DATABASE_URL") or f"postgres://postgres@{quote(str(VAR_DIR / 'postgres'), safe='')}/ticketagent"
 _db = dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 0, minimum=0))
-if _db["ENGINE"] == "django.db.backends.sqlite3":
-    # WAL lets the dashboard read while workers write; IMMEDIATE takes the
-    # write lock when a transaction starts, so two workers queue up on the
-    # busy timeout instead of failing with "database is locked" on upgrade.
-    _db["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
-    }
-    _db["TEST"] = {"NAME": str(VAR_DIR / "test-ticketagent.sqlite3")}
-elif _db["ENGINE"] == "django.db.backends.postgresql":
-    # A dead link or host is noticed within seconds, not the kernel's hours:
-    # TCP keepalives, and tcp_user_timeout for data sent but never
-    # acknowledged (libpq options; docs/deploy.md "Timeouts").
-    _db["OPTIONS"] = {
-        "connect_timeout": envint("DB_CONNECT_TIMEOUT", 10, minimum=1),
-        "keepalives": 1,
-        "keepalives_idle": envint("DB_KEEPALIVES_IDLE", 10, minimum=1),
-        "keepalives_interval": envint("DB_KEEPALIVES_INTERVAL", 3, minimum=1),
-        "keepalives_count": envint("DB_KEEPALIVES_COUNT", 3, minimum=1),
-        "tcp_user_timeout": envint("DB_TCP_USER_TIMEOUT_MS", 20000, minimum=0),
-        **_db.get("OPTIONS", {}),
-    }
-    _db["CONN_HEALTH_CHECKS"] = True
+if _db["ENGINE"] != "django.db.backends.postgresql":
+    raise ImproperlyConfigured(
+        f"DATABASE_URL: the ticket agents run on PostgreSQL only, not {DATABASE_URL.partition(':')[0]!r}; give "
+        "postgres://user:password@host:5432/name, or leave it unset for the private server `make run` starts")
+# A dead link or host is noticed within seconds, not the kernel's hours:
+# TCP keepalives, and tcp_user_timeout for data sent but never
+# acknowledged (libpq options, ignored over a unix socket; docs/deploy.md).
+_db["OPTIONS"] = {
+    "connect_timeout": envint("DB_CONNECT_TIMEOUT", 10, minimum=1),
+    "keepalives": 1,
+    "keepalives_idle": envint("DB_KEEPALIVES_IDLE", 10, minimum=1),
+    "keepalives_interval": envint("DB_KEEPALIVES_INTERVAL", 3, minimum=1),
+    "keepalives_count": envint("DB_KEEPALIVES_COUNT", 3, minimum=1),
+    "tcp_user_timeout": envint("DB_TCP_USER_TIMEOUT_MS", 20000, minimum=0),
+    **_db.get("OPTIONS", {}),
+}
+_db["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _db}
 # Per-session limits of the workers' and the sweep's sessions (ticketagent/db_sessions.py).
 DB_STATEMENT_TIMEOUT_SECONDS = envfloat("DB_STATEMENT_TIMEOUT_SECONDS", 30.0, minimum=0.1)

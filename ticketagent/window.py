@@ -89,28 +89,12 @@ def window_refill(task_id: int, *, size: int | None = None, front: bool = False)
     shares the workers with the tasks already running, refill by refill).
     """
     size = window_size() if size is None else size
-    if connection.vendor != "postgresql":
-        refs = _pick_portable(task_id, size)
-        refill_sent(refs, front=front)
-        return len(refs)
     ctes, params = refill_ctes(task_id, size)
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {ctes} SELECT id, attempt FROM sent", params)
         refs = cursor.fetchall()
     refill_sent(refs, front=front)
     return len(refs)
-
-
-def _pick_portable(task_id: int, size: int) -> list[tuple[int, int]]:
-    """The same pick on databases without SKIP LOCKED (SQLite: one writer at a time anyway)."""
-    with transaction.atomic():
-        if not Task.objects.filter(pk=task_id, status__in=ACTIVE_TASK_STATUSES).exists():
-            return []
-        queued = Item.objects.filter(task_id=task_id, status=ItemStatus.QUEUED)
-        room = size - queued.filter(enqueued_at__isnull=False).count()
-        refs = list(queued.filter(enqueued_at__isnull=True).order_by("pk").values_list("pk", "attempt")[:max(room, 0)])
-        Item.objects.filter(pk__in=[pk for pk, _ in refs]).update(enqueued_at=timezone.now())
-    return refs
 
 
 def _send(refs: list[tuple[int, int]], front: bool = False) -> None:

@@ -70,11 +70,8 @@ def analyze() -> None:
     if connection.in_atomic_block:
         return
     with connection.cursor() as cur:
-        if connection.vendor == "postgresql":
-            for table in app_tables():
-                cur.execute(f'VACUUM ANALYZE "{table}"')
-        else:
-            cur.execute("ANALYZE")
+        for table in app_tables():
+            cur.execute(f'VACUUM ANALYZE "{table}"')
 
 
 def load(bench: Bench) -> None:

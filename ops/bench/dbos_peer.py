@@ -28,8 +28,11 @@ if TYPE_CHECKING:
 def dbos_database_url() -> str:
     """The peer's database: the bench database's server, `<name>_dbos`."""
     base = database_url()
-    name = dj_database_url.parse(base)["NAME"]
-    return base.rsplit("/", 1)[0] + f"/{name}_dbos"
+    db = dj_database_url.parse(base)
+    if db["HOST"].startswith("/"):  # a unix socket (the private server): SQLAlchemy, as DBOS reads it, wants ?host=
+        auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+        return f"postgresql://{auth}@/{db['NAME']}_dbos?host={db['HOST']}"
+    return base.rsplit("/", 1)[0] + f"/{db['NAME']}_dbos"
 
 
 def dbos_database_name() -> str:

@@ -48,8 +48,7 @@ def run(bench: Bench) -> None:
     run_id = hashlib.sha256(str(time.time()).encode()).hexdigest()[:8]
     task, items = _owners(n)
     variants = _variants(run_id, task, items)
-    if connection.vendor == "postgresql":  # data-modifying CTEs: PostgreSQL only
-        variants.update(ledger_writes_by_hand(run_id, items))
+    variants.update(ledger_writes_by_hand(run_id, items))
     times: dict[str, list[float]] = {k: [] for k in variants}
     block = max(min(50, n // 4), 1)
     for fn in variants.values():  # warm-up: connection, caches
@@ -70,14 +69,9 @@ def run(bench: Bench) -> None:
 
 def _floor_table() -> None:
     with connection.cursor() as cur:
-        if connection.vendor == "postgresql":
-            cur.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, "
-                        "key varchar(64) NOT NULL UNIQUE, state varchar(16) NOT NULL, payload jsonb NOT NULL, "
-                        "updated_at timestamptz NOT NULL)")
-        else:
-            cur.execute("CREATE TABLE IF NOT EXISTS bench_floor (id integer PRIMARY KEY AUTOINCREMENT, "
-                        "key varchar(64) NOT NULL UNIQUE, state varchar(16) NOT NULL, payload text NOT NULL, "
-                        "updated_at timestamp NOT NULL)")
+        cur.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, "
+                    "key varchar(64) NOT NULL UNIQUE, state varchar(16) NOT NULL, payload jsonb NOT NULL, "
+                    "updated_at timestamptz NOT NULL)")
         cur.execute("DELETE FROM bench_floor")
 
 
@@ -94,14 +88,12 @@ def _owners(n: int) -> tuple[Task, list[Item]]:
 
 def _variants(run_id: str, task: Task, items: list[Item]) -> dict[str, Callable[[int], None]]:
     stub = StubChannel()
-    vendor = connection.vendor
 
     def floor(i: int) -> None:
         with connection.cursor() as cur:
-            cur.execute("INSERT INTO bench_floor (key, state, payload, updated_at) VALUES (%s, 'intent', %s, %s)"
-                        + (" RETURNING id" if vendor == "postgresql" else ""),
-                        [f"{run_id}-{i}", json.dumps(payload(i)), timezone.now()])
-            row_id = cur.fetchone()[0] if vendor == "postgresql" else cur.lastrowid
+            cur.execute("INSERT INTO bench_floor (key, state, payload, updated_at) VALUES (%s, 'intent', %s, %s) "
+                        "RETURNING id", [f"{run_id}-{i}", json.dumps(payload(i)), timezone.now()])
+            row_id = cur.fetchone()[0]
             cur.execute("UPDATE bench_floor SET state = 'committed', updated_at = %s WHERE id = %s",
                         [timezone.now(), row_id])
 

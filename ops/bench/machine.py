@@ -44,16 +44,13 @@ def machine_info() -> dict:
         "Python": platform.python_version(),
     }
     with connection.cursor() as cur:
-        if connection.vendor == "postgresql":
-            cur.execute("SHOW server_version")
-            version = cur.fetchone()[0]
-            cur.execute("SHOW fsync")
-            fsync = cur.fetchone()[0]
-            cur.execute("SHOW synchronous_commit")
-            sync = cur.fetchone()[0]
-            info["PostgreSQL"] = f"{version} (fsync {fsync}, synchronous_commit {sync})"
-        else:
-            info["database"] = f"{connection.vendor} (not PostgreSQL: figures are not comparable)"
+        cur.execute("SHOW server_version")
+        version = cur.fetchone()[0]
+        cur.execute("SHOW fsync")
+        fsync = cur.fetchone()[0]
+        cur.execute("SHOW synchronous_commit")
+        sync = cur.fetchone()[0]
+        info["PostgreSQL"] = f"{version} (fsync {fsync}, synchronous_commit {sync})"
     try:
         import redis
 
@@ -68,6 +65,4 @@ def machine_info() -> dict:
 
 def redacted_db() -> str:
     db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite {db['NAME']}"
-    return f"{connection.vendor} {db.get('HOST') or 'localhost'}:{db.get('PORT') or ''}/{db['NAME']}"
+    return f"postgresql {db.get('HOST') or 'localhost'}:{db.get('PORT') or ''}/{db['NAME']}"

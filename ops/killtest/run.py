@@ -43,7 +43,7 @@ def _inject_faults(kinds: set[str], rng: random.Random, report: Report, redis_co
     if "redis" in kinds and rng.random() < 0.5:
         redis_conn.flushdb()  # the queue's database only: a shared Redis keeps its other data
         report.faults["redis flush"] += 1
-    if "postgres" in kinds and connection.vendor == "postgresql" and rng.random() < 0.5:
+    if "postgres" in kinds and rng.random() < 0.5:
         with connection.cursor() as cur:
             cur.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                         "WHERE datname = current_database() AND pid <> pg_backend_pid()")

@@ -49,7 +49,6 @@ def run(item: Item, watch: Watch) -> str:
         return item_process(item_id=item.pk, attempt=item.attempt, model=OfflineModel())
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="a data-modifying WITH needs PostgreSQL")
 class TestAFoldedOutcome:
     def test_writes_the_outcome_the_step_and_the_next_intent_in_one_statement(self, sandbox, queue):
         item = make_task(1).items.get()

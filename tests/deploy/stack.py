@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -18,19 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
-from ops.processes import Processes, wait_port
+from ops.processes import Processes, free_port, wait_port
 from ops.procfile import command_line, read_procfile
-from tests.conftest import ROOT, skip_or_fail
+from tests.conftest import ROOT
 
 OPERATOR = ("ops", "ops-pass-4711-correct-horse")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -100,8 +92,6 @@ def production_env(workers, tmp_path: Path, port: int) -> dict:
 def start_stack(workers, tmp_path: Path, *, processes=("web", "worker", "sweep"),
                 env_changes: dict[str, str | None] | None = None) -> Stack:
     """`env_changes` replaces variables of production_env(); a None value removes one."""
-    if connection.vendor != "postgresql":
-        skip_or_fail("the production stack runs on PostgreSQL (TEST_DATABASE_URL or a local PostgreSQL)")
     port = free_port()
     log_dir = tmp_path / "logs"
     log_dir.mkdir()

@@ -3,7 +3,7 @@
 The README's Python version is pyproject's; it says how to change the port and
 how to get a private Redis; `make run` refuses an unknown MODEL and says to run
 `make model` when the local model is not built, before it starts anything;
-its banner gives a second shell the line that reaches its private Redis;
+its banner gives a second shell the line that reaches its private servers;
 `killtest --help` and `replay --help` document every argument.
 """
 
@@ -61,9 +61,9 @@ def test_the_readme_says_how_to_change_the_port_and_how_to_get_a_private_redis()
 def test_the_banner_gives_a_second_shell_the_private_redis_and_the_local_model():
     env = {"REDIS_URL": "redis://127.0.0.1:40123/0", "OPENAI_BASE_URL": "http://127.0.0.1:40124/v1",
            "OPENAI_API_KEY": "local", "OPENAI_MODEL": "SmolLM2-135M"}
-    assert run_py.second_shell(env, True, "") == "export REDIS_URL=redis://127.0.0.1:40123/0"
-    assert run_py.second_shell(env, False, "") == "", "a REDIS_URL the user gave or the shared 6379 needs no line"
-    assert run_py.second_shell(env, True, "local") == (
+    assert run_py.second_shell(env, ["REDIS_URL"], "") == "export REDIS_URL=redis://127.0.0.1:40123/0"
+    assert run_py.second_shell(env, [], "") == "", "a REDIS_URL the user gave or the shared 6379 needs no line"
+    assert run_py.second_shell(env, ["REDIS_URL"], "local") == (
         "export REDIS_URL=redis://127.0.0.1:40123/0 OPENAI_BASE_URL=http://127.0.0.1:40124/v1 "
         "OPENAI_API_KEY=local OPENAI_MODEL=SmolLM2-135M")
 
@@ -82,7 +82,7 @@ def test_make_run_checks_model_before_it_starts_anything(tmp_path, value, words)
     assert result.returncode == 1, result.stdout + result.stderr
     assert words in result.stdout + result.stderr
     assert "== migrate" not in result.stdout, "nothing was started"
-    assert not (tmp_path / "var" / "ticketagent.sqlite3").exists()
+    assert not (tmp_path / "var" / "postgres").exists(), "not even the private PostgreSQL"
 
 
 def test_the_readme_starts_with_the_two_commands():

@@ -35,8 +35,7 @@ class TestAFoldedFence:
             result = run_notify(item=str(run.item.pk), fence=lease_fence(run))
         assert (result.called, result.blocked, result.state) == (True, "", EffectState.COMMITTED)
         assert sandbox.counts()["deliveries"] == 1
-        if connection.vendor == "postgresql":
-            assert statements.seen == [("WITH", False), ("WITH", False)]
+        assert statements.seen == [("WITH", False), ("WITH", False)]
         effect = Effect.objects.get()
         assert list(effect.transitions.values_list("event", flat=True).order_by("id")) == [
             "EFFECT_INTENT", "EFFECT_COMMITTED"]

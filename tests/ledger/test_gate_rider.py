@@ -51,7 +51,6 @@ def never(*args):
     raise AssertionError("phase 2's transaction ran although the phase was folded")
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="a data-modifying WITH needs PostgreSQL")
 class TestARider:
     def test_commits_with_the_outcome_in_one_statement_and_answers(self):
         run, intent, effect = begin()

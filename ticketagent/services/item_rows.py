@@ -1,4 +1,4 @@
-"""A task's items written in one go: PostgreSQL's COPY, or bulk_create on other databases.
+"""A task's items written in one go, by PostgreSQL's COPY.
 
 An upload of 50,000 tickets is 50,000 rows. Through the ORM each value of
 each row is prepared by its field (about 25 calls a row) and sent as a
@@ -10,6 +10,7 @@ a field added to the model later is covered without a change here.
 
 from django.db import connection
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from ticketagent.models import Item
 
@@ -21,12 +22,6 @@ ROW_FIELDS = ("row", "ticket_id", "customer_email", "customer_name", "subject", 
 def items_insert(*, task, rows, origins: dict | None = None) -> int:
     """Insert one item per row for `task` (in a transaction the caller holds); returns how many."""
     origins = origins or {}
-    if connection.vendor != "postgresql":
-        Item.objects.bulk_create([
-            Item(task=task, origin_id=origins.get(r.ticket_id), **{f: getattr(r, f) for f in ROW_FIELDS})
-            for r in rows], batch_size=500)
-        return len(rows)
-    from psycopg.types.json import Jsonb
 
     fields = [f for f in Item._meta.concrete_fields if not f.primary_key]
     varying = {*ROW_FIELDS, "task", "origin"}
