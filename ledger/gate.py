@@ -22,7 +22,7 @@ guess.
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -67,7 +67,7 @@ class GateResult:
 
 
 def _folds(fence) -> bool:
-    return isinstance(fence, Fence) and connection.vendor == "postgresql"
+    return isinstance(fence, Fence)
 
 
 def _record_blocked(existing: Effect, kind: str, intent: Intent) -> None:
@@ -181,7 +181,7 @@ def effect_call(intent: Intent, effect: Effect, blocked: str = "", *, fence: Cal
     crash_point("after_call")
 
     # --- phase 2: the outcome, fenced by the lease token -------------------------
-    folded = fold(result) if fold is not None and connection.vendor == "postgresql" else None
+    folded = fold(result) if fold is not None else None
     if folded is not None:
         ours, answers = _outcome_with_rider(effect, intent, result, *folded)
     else:

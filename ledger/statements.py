@@ -91,24 +91,15 @@ def write_with_transition(sql: str, params: list, effect: Effect, from_state: st
                           note: str, held: Fence | None = None, rider: Rider | None = None) -> tuple | None:
     """Run `sql` -- an INSERT or an UPDATE of the row of `effect` (`effect`
     holding the row as it will be), ending in `RETURNING id` -- and, if it
-    wrote the row, append its transition: on PostgreSQL in the same statement
-    (a data-modifying WITH: one round trip, not two), elsewhere with
-    `record_transition`. Returns the row written (its id first), or None.
+    wrote the row, append its transition in the same statement (a
+    data-modifying WITH: one round trip, not two). Returns the row written
+    (its id first), or None.
 
-    `held` (PostgreSQL): a fence evaluated first, as the CTE `f` (`sql` may
+    `held`: a fence evaluated first, as the CTE `f` (`sql` may
     refer to `(SELECT held FROM f)`: that makes the fence's lock come before
     the row's), its answer returned second. With a `rider` (and `held`) the
     statement always returns one row: the id written (or None), the fence's
     answer, then the rider's answers."""
-    if connection.vendor != "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        effect.pk = row[0]
-        record_transition(effect, from_state, event, actor=actor, note=note)
-        return row
     first, first_params, answer = "", [], ""
     if held is not None:
         first, first_params, answer = f"f AS MATERIALIZED (SELECT ({held.condition}) AS held), ", list(held.params), \

@@ -178,6 +178,19 @@ class FaultProxy:
                 return
             threading.Thread(target=self._open, args=(client,), daemon=True).start()
 
+    def _connect_target(self) -> socket.socket:
+        """The server's socket: TCP, or PostgreSQL's unix socket when the host is a folder (a private server)."""
+        host, port = self.target
+        if str(host).startswith("/"):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.settimeout(self.connect_timeout)
+            server.connect(f"{host}/.s.PGSQL.{port}")
+        else:
+            server = socket.create_connection(self.target, timeout=self.connect_timeout)
+            server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        server.settimeout(None)
+        return server
+
     def _open(self, client: socket.socket) -> None:
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._cond:
@@ -185,9 +198,7 @@ class FaultProxy:
         server = None
         if not dropped:
             try:
-                server = socket.create_connection(self.target, timeout=self.connect_timeout)
-                server.settimeout(None)
-                server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                server = self._connect_target()
             except OSError as exc:
                 self._note("connect failed", error=str(exc))
                 with contextlib.suppress(OSError):

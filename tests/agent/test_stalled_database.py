@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 import time
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -19,7 +19,6 @@ from django.db import connection
 
 from ledger.models import Effect, EffectState
 from ops.faultproxy import FaultProxy
-from ops.processes import database_url
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 
 from ..conftest import wait_for
@@ -38,10 +37,10 @@ def proxy():
 
 
 def via(proxy: FaultProxy) -> str:
-    parts = urlsplit(database_url())
-    netloc = parts.netloc.rsplit("@", 1)
-    netloc[-1] = f"127.0.0.1:{proxy.port}"
-    return urlunsplit(parts._replace(netloc="@".join(netloc)))
+    """The test database's URL, through the proxy."""
+    db = connection.settings_dict
+    auth = quote(db["USER"] or "postgres") + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
+    return f"postgres://{auth}@127.0.0.1:{proxy.port}/{quote(db['NAME'])}"
 
 
 def delivered_once(task: Task, sandbox) -> dict:

@@ -26,8 +26,6 @@ def _dsn(host: str, port: int, **extra) -> str:
 @pytest.fixture
 def pg():
     """The test database directly, a probe table in it, and a proxy in front of it."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the fault proxy stands in front of PostgreSQL")
     db = connection.settings_dict
     direct = psycopg.connect(_dsn(db["HOST"] or "127.0.0.1", db["PORT"] or 5432), autocommit=True)
     direct.execute("CREATE TABLE IF NOT EXISTS faultproxy_probe (tag text)")

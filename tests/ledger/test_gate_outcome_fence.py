@@ -79,22 +79,3 @@ class TestAnOutcomeFence:
         assert marks() == []  # rolled back with the phase
         assert Effect.objects.get().state == EffectState.UNKNOWN
         assert not EffectTransition.objects.filter(event="EFFECT_COMMITTED").exists()
-
-
-class TestADatabaseWithoutDataModifyingWith:
-    """Elsewhere than PostgreSQL (SQLite) the row and its transition are two statements: the same records."""
-
-    def test_the_rows_and_transitions_are_the_same(self, monkeypatch):
-        monkeypatch.setattr(connection, "vendor", "sqlite-like")
-        intent, effect, blocked = begin()
-        assert blocked == "" and effect.pk is not None
-        result = effect_call(intent, effect, channel=Answers(CallResult(EffectState.COMMITTED, external_ref="r-4")))
-        assert result.state == EffectState.COMMITTED
-        row = Effect.objects.get()
-        assert (row.state, row.external_ref) == (EffectState.COMMITTED, "r-4")
-        transitions = list(EffectTransition.objects.order_by("id").values_list("event", "snapshot"))
-        assert transitions == [("EFFECT_INTENT", {**row.snapshot(), "state": "intent", "external_ref": ""}),
-                               ("EFFECT_COMMITTED", row.snapshot())]
-        # a refused INSERT (the key is taken) writes no transition: a blocked duplicate instead
-        _, existing, blocked = begin()
-        assert (existing.pk, blocked) == (row.pk, "duplicate") and EffectTransition.objects.count() == 2

@@ -105,15 +105,3 @@ class TestARider:
                              then=lambda e: ran.append(("then", e.state)), fold=fold)
         assert (result.blocked, result.answers) == ("", None)
         assert ran == [("fence", EffectState.FAILED), ("then", EffectState.FAILED)]
-
-
-class TestElsewhereThanPostgreSQL:
-    def test_the_fold_is_not_asked_and_phase_2_is_a_transaction(self, monkeypatch):
-        run, intent, effect = begin()
-        monkeypatch.setattr(connection, "vendor", "sqlite-like")
-        ran = []
-        result = effect_call(intent, effect, channel=Answers(CallResult(EffectState.COMMITTED, external_ref="r-5")),
-                             outcome_fence=lambda result: ran.append("fence"), then=lambda e: ran.append("then"),
-                             fold=never)
-        assert (result.blocked, result.answers, ran) == ("", None, ["fence", "then"])
-        assert Effect.objects.get().state == EffectState.COMMITTED

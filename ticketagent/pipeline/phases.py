@@ -36,7 +36,7 @@ from ticketagent.pipeline.lease import (
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
 from ticketagent.services.items import items_requeue
 from ticketagent.services.tasks import task_maybe_finish
-from ticketagent.window import refill_ctes, refill_sent, window_refill, window_size
+from ticketagent.window import refill_ctes, refill_sent, window_size
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +109,7 @@ def _lease_write(item: Item, checkpoint: Checkpoint | None, started: Event, wind
     """Inside the lease's transaction, the item locked: take the lease, write
     the new `checkpoint` (if any) and `started`, and top the task's window of
     `window` jobs up (the item leaves it; the jobs go out after commit) --
-    on PostgreSQL in one statement, elsewhere in four."""
-    if connection.vendor != "postgresql":
-        if checkpoint is not None:
-            checkpoint.save()
-        item.save(update_fields=list(_LEASE_FIELDS))
-        events_append([started])
-        window_refill(item.task_id, size=window)
-        return
+    in one statement."""
     quote = connection.ops.quote_name
     item.updated_at = timezone.now()
     fields = [Item._meta.get_field(name) for name in _LEASE_FIELDS]
@@ -242,12 +235,6 @@ def item_done_fenced(task: Task, item_id: int) -> None:
     run (nearly always: then the task cannot finish yet)."""
     now = timezone.now()
     task.consecutive_failures, task.last_success_item_id = 0, item_id
-    if connection.vendor != "postgresql":
-        Item.objects.filter(pk=item_id).update(status=ItemStatus.DONE, lease_token="", lease_owner="",
-                                               lease_expires_at=None, finished_at=now, last_error="", updated_at=now)
-        Task.objects.filter(pk=task.pk).update(consecutive_failures=0, last_success_item_id=item_id, updated_at=now)
-        task_maybe_finish(task)
-        return
     items, tasks = (connection.ops.quote_name(m._meta.db_table) for m in (Item, Task))
     sql = (f"WITH i AS (UPDATE {items} SET status = %s, lease_token = '', lease_owner = '', lease_expires_at = NULL, "
            f"finished_at = %s, last_error = '', updated_at = %s WHERE id = %s RETURNING id), "
@@ -353,12 +340,8 @@ def checkpoint_advance_fenced(run: ItemRun, cursor: int, outputs: dict, events: 
     read the task's status (as `hold` does). Raises LeaseLost otherwise."""
     fence = lease_fence(run)
     status = f"SELECT status FROM {connection.ops.quote_name(Task._meta.db_table)} WHERE id = %s"
-    if connection.vendor == "postgresql":
-        ctes, params = checkpoint_ctes(run, cursor, outputs, events, when=fence.condition, when_params=fence.params)
-        sql = f"WITH {ctes} SELECT ({status}) FROM cp"
-    else:
-        update, params = _checkpoint_update(run, cursor, outputs, timezone.now(), fence.condition, fence.params)
-        sql = f"{update} RETURNING ({status})"
+    ctes, params = checkpoint_ctes(run, cursor, outputs, events, when=fence.condition, when_params=fence.params)
+    sql = f"WITH {ctes} SELECT ({status}) FROM cp"
     params = [*params, run.item.task_id]
     with connection.cursor() as db:
         db.execute(sql, params)
@@ -367,8 +350,6 @@ def checkpoint_advance_fenced(run: ItemRun, cursor: int, outputs: dict, events: 
         raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over, or its checkpoint is not at "
                         f"cursor {run.cursor}")
     run.task_status = row[0]
-    if events and connection.vendor != "postgresql":
-        events_append(events)
 
 
 def _event_rows(events: list[Event], now) -> tuple[str, list]:
@@ -413,7 +394,7 @@ def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(
     round trips around it (a big output's blob, stored before it, is
     content-addressed: one the statement then does not refer to is harmless)."""
     steps = [*run.pending, (step, output), *skipped]
-    if chain is None and connection.vendor == "postgresql":
+    if chain is None:
         cursor, outputs = record_steps(run, steps, tool_calls, tool_step=step, fenced=True)
         stopped = False
         if run.task_status not in ACTIVE_TASK_STATUSES:
