@@ -47,9 +47,18 @@ class CommandChannelWatchdog:
         if stop is not None:
             stop.set()
             with self._watch_lock:
-                super().unsubscribe()
+                self._unsubscribe_once()
         else:
+            self._unsubscribe_once()
+
+    def _unsubscribe_once(self):
+        # The listener thread closes its own PubSub when it stops; rq closes it
+        # again after the join, and redis-py's second close() meets a
+        # connection already gone: the worker is stopping, nothing is lost.
+        try:
             super().unsubscribe()
+        except AttributeError:
+            self.log.debug("Worker %s: the command channel was already closed", self.name)
 
     def handle_payload(self, message):
         try:

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def answered_unknown(sandbox, *, asked_before_intent: bool) -> Effect:
-    sandbox.set_faults(error_next={"notify": 1}, error_status=503)
+    sandbox.set_faults(error_next={"notify": 1}, error_status=408)
     effect = run_notify().effect
     assert (effect.state, effect.answered) == (EffectState.UNKNOWN, True)
     now = timezone.now()
@@ -31,7 +31,7 @@ def test_a_retry_that_is_unknown_again_is_asked_at_once(sandbox):
     effect = answered_unknown(sandbox, asked_before_intent=True)
     assert reconcile_unknowns(timezone.now()) == 1
     effect.refresh_from_db()
-    assert effect.state == EffectState.FAILED  # the 503 recorded nothing: it may be retried with the same key
+    assert effect.state == EffectState.FAILED  # the 408 recorded nothing: it may be retried with the same key
 
 
 def test_an_effect_asked_in_this_attempt_waits_before_being_asked_again(sandbox):
