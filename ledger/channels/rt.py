@@ -274,4 +274,8 @@ class RTChannel(Channel):
 
     # -- check -----------------------------------------------------------------
     def check(self) -> list[str]:
+        return self.check_report().problems
+
+    def check_report(self):
+        """The check's problems and what it could not verify yet (`rt_check.Report`)."""
         return run_checks(self.config, Reader(self.config))
