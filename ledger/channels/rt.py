@@ -201,7 +201,7 @@ class RTChannel(Channel):
     def _missing(self, ticket: str) -> bool:
         """True only when RT says the ticket does not exist (404)."""
         try:
-            return Reader(self.config).get(f"/ticket/{ticket}").status == 404
+            return Reader(self.config, attempts=1).get(f"/ticket/{ticket}").status == 404
         except Unanswered:
             return False
 
@@ -257,7 +257,7 @@ class RTChannel(Channel):
         if ticket is None:
             return LookupResult(False, detail=f"{payload.get('ticket')!r} is not a {SYSTEM} ticket id: "
                                               "nothing was written")
-        reader = Reader(self.config)
+        reader = Reader(self.config, attempts=1)  # one that cannot tell is asked again by the sweep
         try:
             return self._lookup(reader, ticket, key)
         except Unanswered as exc:

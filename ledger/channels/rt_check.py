@@ -25,7 +25,7 @@ right, the queue and the user.
 import uuid
 
 from ledger.channels.redact import redact
-from ledger.channels.rt_rest import SYSTEM, Reader, RTConfig, Unanswered, rt_message
+from ledger.channels.rt_rest import SYSTEM, Reader, RTConfig, Unanswered, answered_by, rt_message
 
 MAX_QUEUES = 20  # queues checked one by one (the rest: only that they are visible)
 # The rights the agent's RT user needs in every queue it acts in (docs/channels.md, `manage.py rt-setup`).
@@ -79,10 +79,16 @@ def _reach(config: RTConfig, reader: Reader) -> str:
         return (f"{SYSTEM} refused the credentials of {config.user or '(no HELPDESK_USER)'!r} (401): "
                 "check HELPDESK_USER and HELPDESK_PASSWORD")
     data = answer.json(None)
-    if answer.status != 200 or not isinstance(data, dict) or "Version" not in data:
-        return (f"no REST2 API at {config.url} (GET /rt answered {answer.status}): HELPDESK_URL must be RT's base "
-                "URL, e.g. https://rt.example.com")
-    return ""
+    if answer.status == 200 and isinstance(data, dict) and "Version" in data:
+        return ""
+    if answer.status >= 500 or answer.status in (408, 429):
+        return (f"{answered_by(answer, f'GET /rt at {config.url}')} (tried {reader.attempts} times): RT is there "
+                "but not answering as it should; HELPDESK_URL is probably right, try again when RT answers")
+    if isinstance(data, dict) and answer.status in (400, 403):  # RT's own refusal, in its words
+        return f"{answered_by(answer, f'GET /rt at {config.url}')}: the user must be Privileged in RT"
+    shown = "an answer that is not RT's REST2" if answer.status == 200 else f"{answer.status}"
+    return (f"no REST2 API at {config.url}: GET /rt answered {shown} ({rt_message(answer)[:100]}); "
+            "HELPDESK_URL must be RT's base URL, e.g. https://rt.example.com")
 
 
 def _queues(config: RTConfig, reader: Reader, queues: list[dict], report: Report) -> None:
