@@ -2,6 +2,7 @@
 it creates the queues, custom field, group and rights, applying it again changes nothing, and an account set up
 by it alone passes the check and escalates."""
 
+import io
 import uuid
 
 import pytest
@@ -49,6 +50,12 @@ def test_the_data_file_sets_up_rt_so_the_check_passes_and_escalate_works(rt_serv
     assert report.problems == []
     assert any("have no ticket yet" in u and fresh["queue"] in u for u in report.unverified), report.unverified
     assert any("full-text search is on" in u for u in report.unverified), report.unverified
+    out = io.StringIO()
+    rt_settings.HELPDESK_USER, rt_settings.HELPDESK_PASSWORD = fresh["user"], fresh["password"]
+    call_command("helpdesk-check", "--no-email", stdout=out, stderr=out)
+    shown = out.getvalue()
+    assert "not verified yet: queue(s)" in shown and shown.strip().endswith("ready"), shown
+    assert fresh["password"] not in shown
 
     created = rt.post("/ticket", {"Queue": fresh["queue"], "Subject": "Set up by the data file",
                                   "Requestor": "ann@example.com", "Content": "Hello"}, user="root",
