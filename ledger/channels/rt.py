@@ -42,8 +42,10 @@ from ledger.channels.rt_rest import (
     Stop,
     Unanswered,
     location_id,
+    not_rt_words,
     path_with,
     rt_message,
+    rt_refusal,
 )
 
 KEY_MARKER = "ticketagent-key"
@@ -192,6 +194,8 @@ class RTChannel(Channel):
         # RT answers 400 "Permission Denied" for a ticket that does not exist
         if answer.status in (400, 403, 404) and self._missing(ticket):
             return failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True)
+        if not rt_refusal(answer):
+            return unknown(f"POST /ticket/{ticket}/{kind} {not_rt_words(answer)}", answered=True)
         refused = f"{SYSTEM} refused the {WHAT[kind]} on ticket {ticket} ({answer.status}: {rt_message(answer)})"
         if at.landed:  # the change before it is in place: only the key is missing
             return unknown(f"{refused}; the change before it was read back in place, so the action landed "
@@ -233,6 +237,8 @@ class RTChannel(Channel):
 
     def _put(self, at: Attempt, path: str, fields: dict, ticket: str) -> list[str]:
         answer = at.send("PUT", path, fields, write=True)
+        if not answer.ok and not rt_refusal(answer):
+            raise Stop(unknown(f"PUT {path} {not_rt_words(answer)}", answered=True))
         if answer.status == 404 and not at.landed:
             raise Stop(failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True))
         if not answer.ok:  # RT's refusal: `failed` only when no earlier write of the action landed

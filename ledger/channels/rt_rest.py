@@ -96,6 +96,18 @@ def rt_message(answer: Answer) -> str:
     return answer.text.strip()[:200] or f"HTTP {answer.status}"
 
 
+def rt_refusal(answer: Answer) -> bool:
+    """A 4xx in RT's own words (a JSON body): RT refused the request before acting on it.
+    Any other 4xx may be a proxy's or a gateway's, given while the request still reached RT."""
+    return 400 <= answer.status < 500 and answer.json(None) is not None
+
+
+def not_rt_words(answer: Answer) -> str:
+    """How an answer that is not RT's own refusal reads in an error."""
+    return (f"answered {answer.status} without RT's error body ({rt_message(answer)[:100]}): a proxy in front of "
+            "RT may have answered while the write reached RT")
+
+
 def location_id(answer: Answer) -> str:
     """The id at the end of a `Location: /REST/2.0/transaction/51` header."""
     match = re.search(r"/(\d+)/?$", answer.header("location"))

@@ -7,6 +7,7 @@
 Modes:
     drop       the request reaches RT; its answer is thrown away and the connection closed
     502        the request reaches RT; the client gets 502 Bad Gateway instead of RT's answer
+    403        the request reaches RT; the client gets a proxy's 403 Forbidden page (HTML) instead of RT's answer
     blackhole  nothing reaches RT and nothing comes back (the client's read times out)
     503        nothing reaches RT; the client gets 503 Service Unavailable (a gateway whose upstream is away)
     flaky      every `every`-th request is faulted, in turn: 503 without reaching RT, the connection closed
@@ -87,6 +88,10 @@ class LossyProxy:
                 return
             if self.mode == "502":
                 conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            if self.mode == "403":
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/html\r\nContent-Length: 22\r\n"
+                             b"Connection: close\r\n\r\n<h1>403 Forbidden</h1>")
                 return
             head = f"HTTP/1.1 {answer.status} {answer.reason}\r\n"
             for key, value in answer.getheaders():
