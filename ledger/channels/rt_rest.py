@@ -152,8 +152,8 @@ class Attempt:
             if write:  # the write may still land
                 raise Stop(unknown(f"{name}: {exc}", answered=False)) from None
             raise Stop(self.ended(f"{name}: {exc}")) from None
-        if answer.status == 401:
-            raise Stop(failed(f"{SYSTEM} refused the credentials (401): {CREDENTIALS}", answered=True))
+        if answer.status == 401:  # after an earlier write of the action landed, the action is part-done
+            raise Stop(self.ended(f"{SYSTEM} refused the credentials (401) at {name}: {CREDENTIALS}"))
         if answer.status >= 500 or answer.status == 408:
             error = f"{name} answered {answer.status}: {rt_message(answer)}"
             raise Stop(unknown(error, answered=True) if write else self.ended(error))
