@@ -18,7 +18,9 @@ Actions, in the order of their writes (docs/channels.md):
     escalate         PUT /ticket/N {Queue, Owner, Priority}, read back, then the key comment
     close_ticket     PUT /ticket/N {Status: resolved}, read back, then the key comment
 
-A change and its key comment are two writes: the key is written only after
+A change and its key comment are two writes: the ticket is read before the
+change (so a change that lands only in part is told from one that did not
+land: `unknown` with what landed, not `failed`), the key is written only after
 the change is read back, so a look-up that finds the key never vouches for a
 change that did not happen; one that does not find it makes the retry set
 the same values again, which RT does silently (a no-op) before commenting.
