@@ -18,7 +18,9 @@ Actions, in the order of their writes (docs/channels.md):
     escalate         PUT /ticket/N {Queue, Owner, Priority}, read back, then the key comment
     close_ticket     PUT /ticket/N {Status: resolved}, read back, then the key comment
 
-A change and its key comment are two writes: the key is written only after
+A change and its key comment are two writes: the ticket is read before the
+change (so a change that lands only in part is told from one that did not
+land: `unknown` with what landed, not `failed`), the key is written only after
 the change is read back, so a look-up that finds the key never vouches for a
 change that did not happen; one that does not find it makes the retry set
 the same values again, which RT does silently (a no-op) before commenting.
@@ -34,7 +36,7 @@ import re
 
 from django.conf import settings
 
-from ledger.channels.base import Abilities, CallResult, Channel, LookupResult, committed, failed
+from ledger.channels.base import Abilities, CallResult, Channel, LookupResult, committed, failed, unknown
 from ledger.channels.rt_check import run_checks
 from ledger.channels.rt_rest import (
     SYSTEM,
@@ -44,8 +46,10 @@ from ledger.channels.rt_rest import (
     Stop,
     Unanswered,
     location_id,
+    not_rt_words,
     path_with,
     rt_message,
+    rt_refusal,
 )
 
 KEY_MARKER = "ticketagent-key"
@@ -84,6 +88,19 @@ def _sql_literal(key: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9._:-]+", key):
         raise Unanswered(f"the key {key[:20]!r} cannot be searched for in TicketSQL")
     return f"'{key}'"
+
+
+def _shown(ticket: dict, field: str) -> str:
+    have = ticket.get(field)
+    if isinstance(have, dict):
+        return str(have.get("Name") or have.get("id") or "")
+    return str(have if have is not None else "")
+
+
+def _changed(before: dict, now: dict, want: dict) -> list[str]:
+    """The wanted fields whose value the action changed: "Priority 100"."""
+    return [f"{field} {_shown(now, field) or 'empty'}" for field in want
+            if _shown(now, field).lower() != _shown(before, field).lower()]
 
 
 def _differences(ticket: dict, want: dict) -> list[str]:
@@ -185,20 +202,28 @@ class RTChannel(Channel):
         # RT answers 400 "Permission Denied" for a ticket that does not exist
         if answer.status in (400, 403, 404) and self._missing(ticket):
             return failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True)
-        return failed(f"{SYSTEM} refused the {WHAT[kind]} on ticket {ticket} ({answer.status}: "
-                      f"{rt_message(answer)})", answered=True)
+        if not rt_refusal(answer):
+            return unknown(f"POST /ticket/{ticket}/{kind} {not_rt_words(answer)}", answered=True)
+        refused = f"{SYSTEM} refused the {WHAT[kind]} on ticket {ticket} ({answer.status}: {rt_message(answer)})"
+        if at.landed:  # the change before it is in place: only the key is missing
+            return unknown(f"{refused}; the change before it was read back in place, so the action landed "
+                           "without its key", answered=True)
+        return failed(refused, answered=True)
 
     def _missing(self, ticket: str) -> bool:
         """True only when RT says the ticket does not exist (404)."""
         try:
-            return Reader(self.config).get(f"/ticket/{ticket}").status == 404
+            return Reader(self.config, attempts=1).get(f"/ticket/{ticket}").status == 404
         except Unanswered:
             return False
 
     def _change(self, at: Attempt, ticket: str, want: dict) -> None:
         """Set ticket fields and read them back (a PUT answers 200 whatever
         happened). A ticket someone else owns changes owner only after a
-        steal. Raises Stop unless every value is in place."""
+        steal. Raises Stop unless every value is in place: `failed` when the
+        ticket read back shows none of it changed, `unknown` when part of it
+        landed (the error says which part did and which did not)."""
+        before = self._read(at, ticket, first=True)
         said = self._put(at, f"/ticket/{ticket}", want, ticket)
         now = self._read(at, ticket)
         wrong = _differences(now, want)
@@ -206,27 +231,38 @@ class RTChannel(Channel):
         if any(w.startswith("Owner ") for w in wrong) and owner not in ("", "nobody", self.config.user.lower()):
             said += self._put(at, f"/ticket/{ticket}/steal", {}, ticket)
             said += self._put(at, f"/ticket/{ticket}", {"Owner": want["Owner"]}, ticket)
-            wrong = _differences(self._read(at, ticket), want)
-        if wrong:
-            raise Stop(failed(f"{SYSTEM} did not make the change on ticket {ticket}: {'; '.join(wrong)} "
-                              f"(it said: {'; '.join(said) or 'nothing'})", answered=True))
+            now = self._read(at, ticket)
+            wrong = _differences(now, want)
+        if not wrong:
+            return
+        landed = _changed(before, now, want)
+        told = f"{'; '.join(wrong)} (it said: {'; '.join(said) or 'nothing'})"
+        if not landed:
+            raise Stop(failed(f"{SYSTEM} did not make the change on ticket {ticket}: {told}; read back, nothing of "
+                              "it changed", answered=True))
+        raise Stop(unknown(f"{SYSTEM} made only part of the change on ticket {ticket}: landed: "
+                           f"{', '.join(landed)}; not landed: {told}; no key comment was written", answered=True))
 
     def _put(self, at: Attempt, path: str, fields: dict, ticket: str) -> list[str]:
         answer = at.send("PUT", path, fields, write=True)
-        if answer.status == 404:
+        if not answer.ok and not rt_refusal(answer):
+            raise Stop(unknown(f"PUT {path} {not_rt_words(answer)}", answered=True))
+        if answer.status == 404 and not at.landed:
             raise Stop(failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True))
-        if not answer.ok:
-            raise Stop(failed(f"{SYSTEM} refused PUT {path} ({answer.status}: {rt_message(answer)})",
-                              answered=True))
+        if not answer.ok:  # RT's refusal: `failed` only when no earlier write of the action landed
+            raise Stop(at.ended(f"{SYSTEM} refused PUT {path} ({answer.status}: {rt_message(answer)})"))
         said = answer.json([])
         return [str(m) for m in said] if isinstance(said, list) else []
 
-    def _read(self, at: Attempt, ticket: str) -> dict:
+    def _read(self, at: Attempt, ticket: str, *, first: bool = False) -> dict:
         answer = at.send("GET", path_with(f"/ticket/{ticket}", **{"fields[Queue]": "Name", "fields[Owner]": "Name"}),
                          write=False)
         data = answer.json(None)
+        if first and answer.status == 404:
+            raise Stop(failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True))
         if answer.status != 200 or not isinstance(data, dict):
-            raise Stop(at.ended(f"reading ticket {ticket} back answered {answer.status}: {rt_message(answer)}"))
+            what = "reading ticket" if first else "reading ticket back"
+            raise Stop(at.ended(f"{what} {ticket} answered {answer.status}: {rt_message(answer)}"))
         return data
 
     # -- lookup ----------------------------------------------------------------
@@ -235,7 +271,7 @@ class RTChannel(Channel):
         if ticket is None:
             return LookupResult(False, detail=f"{payload.get('ticket')!r} is not a {SYSTEM} ticket id: "
                                               "nothing was written")
-        reader = Reader(self.config)
+        reader = Reader(self.config, attempts=1)  # one that cannot tell is asked again by the sweep
         try:
             return self._lookup(reader, ticket, key)
         except Unanswered as exc:
@@ -280,4 +316,8 @@ class RTChannel(Channel):
 
     # -- check -----------------------------------------------------------------
     def check(self) -> list[str]:
+        return self.check_report().problems
+
+    def check_report(self):
+        """The check's problems and what it could not verify yet (`rt_check.Report`)."""
         return run_checks(self.config, Reader(self.config))

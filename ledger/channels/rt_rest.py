@@ -4,10 +4,13 @@
 whole action ends within the channel's `max_call_seconds`, and it tracks
 whether a write may already have landed: before that, a request that fails
 proves nothing was changed (`failed`); after it, a missing answer leaves the
-action `unknown`. `Reader` makes the look-up's and the check's reads, where
-anything short of a complete answer raises `Unanswered`.
+action `unknown`. `Reader` makes the look-up's, the check's and the ticket
+source's reads, where anything short of a complete answer raises
+`Unanswered`; the check and the source ask again with back-off when the
+answer was missing or a 5xx.
 """
 
+import random
 import re
 import time
 from dataclasses import dataclass
@@ -21,6 +24,9 @@ from ledger.channels.http import Answer, HttpClient, NoAnswer, NotSent
 SYSTEM = "Request Tracker"
 PER_PAGE = 100  # REST2's largest page
 MIN_REQUEST_SECONDS = 0.2  # no request is started with less time than this left
+READ_ATTEMPTS = 5  # a read (look-up, check, ticket source) is asked at most this often ...
+READ_BACKOFF_SECONDS = 0.25  # ... waiting this long after the first failure, doubling each time ...
+READ_BACKOFF_MAX_SECONDS = 2.0  # ... up to this
 DEFAULT_STATUSES = {"open": "open", "pending": "stalled", "solved": "resolved", "escalated": "open",
                     "on_hold": "stalled"}
 CREDENTIALS = "check HELPDESK_USER and HELPDESK_PASSWORD"
@@ -90,6 +96,18 @@ def rt_message(answer: Answer) -> str:
     return answer.text.strip()[:200] or f"HTTP {answer.status}"
 
 
+def rt_refusal(answer: Answer) -> bool:
+    """A 4xx in RT's own words (a JSON body): RT refused the request before acting on it.
+    Any other 4xx may be a proxy's or a gateway's, given while the request still reached RT."""
+    return 400 <= answer.status < 500 and answer.json(None) is not None
+
+
+def not_rt_words(answer: Answer) -> str:
+    """How an answer that is not RT's own refusal reads in an error."""
+    return (f"answered {answer.status} without RT's error body ({rt_message(answer)[:100]}): a proxy in front of "
+            "RT may have answered while the write reached RT")
+
+
 def location_id(answer: Answer) -> str:
     """The id at the end of a `Location: /REST/2.0/transaction/51` header."""
     match = re.search(r"/(\d+)/?$", answer.header("location"))
@@ -134,8 +152,8 @@ class Attempt:
             if write:  # the write may still land
                 raise Stop(unknown(f"{name}: {exc}", answered=False)) from None
             raise Stop(self.ended(f"{name}: {exc}")) from None
-        if answer.status == 401:
-            raise Stop(failed(f"{SYSTEM} refused the credentials (401): {CREDENTIALS}", answered=True))
+        if answer.status == 401:  # after an earlier write of the action landed, the action is part-done
+            raise Stop(self.ended(f"{SYSTEM} refused the credentials (401) at {name}: {CREDENTIALS}"))
         if answer.status >= 500 or answer.status == 408:
             error = f"{name} answered {answer.status}: {rt_message(answer)}"
             # a 5xx may come from a gateway whose upstream still works on the write: it may land still
@@ -149,18 +167,48 @@ class Unanswered(Exception):
     """A read that did not get a complete answer: the look-up cannot tell."""
 
 
-class Reader:
-    """Reads for the look-up and the check: a complete JSON answer, or `Unanswered`."""
+def answered_by(answer: Answer, what: str) -> str:
+    """Who answered what, in an operator's words: RT's own refusal, or a status
+    that may come from RT or from a proxy or gateway in front of it."""
+    if answer.status >= 500 or answer.status in (408, 429) or answer.json(None) is None:
+        return f"{SYSTEM} (or a proxy in front of it) answered {answer.status} to {what}: {rt_message(answer)}"
+    return f"{SYSTEM} answered {answer.status} to {what}: {rt_message(answer)}"
 
-    def __init__(self, config: RTConfig):
+
+def _passing(answer: Answer) -> bool:
+    """An answer worth asking again for: a server error, a timeout or a rate limit (RT's, or a gateway's)."""
+    return answer.status >= 500 or answer.status in (408, 429)
+
+
+class Reader:
+    """Reads for the look-up, the check and the ticket source: a complete JSON answer, or `Unanswered`.
+
+    A read changes nothing, so one that got no answer, or a 5xx, 408 or 429,
+    is asked again with back-off (READ_ATTEMPTS in all, READ_BACKOFF_SECONDS
+    doubling): a flaky RT or proxy does not fail a check or an import.
+    """
+
+    def __init__(self, config: RTConfig, *, attempts: int | None = None):
         self.config = config
         self.client = config.client(max_body=16 * 1024 * 1024)
+        self.attempts = max(1, attempts if attempts is not None else READ_ATTEMPTS)
 
     def get(self, path: str, **params) -> Answer:
-        try:
-            return self.client.request("GET", path_with(path, **params))
-        except (NotSent, NoAnswer) as exc:
-            raise Unanswered(str(exc)) from None
+        """The answer (any status but a passing one, unless the last try gave it), or `Unanswered`."""
+        target = path_with(path, **params)
+        for attempt in range(1, self.attempts + 1):
+            try:
+                answer = self.client.request("GET", target)
+            except (NotSent, NoAnswer) as exc:
+                if attempt == self.attempts:
+                    tries = f" ({self.attempts} tries)" if self.attempts > 1 else ""
+                    raise Unanswered(f"GET {path}: {exc}{tries}") from None
+            else:
+                if not _passing(answer) or attempt == self.attempts:
+                    return answer
+            time.sleep(min(READ_BACKOFF_MAX_SECONDS, READ_BACKOFF_SECONDS * 2 ** (attempt - 1))
+                       * random.uniform(0.8, 1.2))
+        raise AssertionError("unreachable")
 
     def json(self, path: str, **params) -> dict:
         answer = self.get(path, **params)
@@ -168,7 +216,7 @@ class Reader:
             raise Unanswered(f"{SYSTEM} refused the credentials (401): {CREDENTIALS}")
         data = answer.json(None)
         if answer.status != 200 or not isinstance(data, dict):
-            raise Unanswered(f"GET {path} answered {answer.status}: {rt_message(answer)}")
+            raise Unanswered(answered_by(answer, f"GET {path}"))
         return data
 
     def items(self, path: str, **params) -> list[dict]:

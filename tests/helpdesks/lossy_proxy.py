@@ -7,10 +7,14 @@
 Modes:
     drop       the request reaches RT; its answer is thrown away and the connection closed
     502        the request reaches RT; the client gets 502 Bad Gateway instead of RT's answer
+    403        the request reaches RT; the client gets a proxy's 403 Forbidden page (HTML) instead of RT's answer
     blackhole  nothing reaches RT and nothing comes back (the client's read times out)
+    503        nothing reaches RT; the client gets 503 Service Unavailable (a gateway whose upstream is away)
+    flaky      every `every`-th request is faulted, in turn: 503 without reaching RT, the connection closed
+               without reaching RT, the answer dropped after reaching RT; the others pass
     pass       a plain proxy
 
-`forwarded` counts the requests that reached RT.
+`forwarded` counts the requests that reached RT, `faulted` the requests faulted.
 """
 
 import http.client
@@ -20,11 +24,13 @@ from urllib.parse import urlsplit
 
 
 class LossyProxy:
-    def __init__(self, target: str, *, mode: str):
+    def __init__(self, target: str, *, mode: str, every: int = 2):
         parts = urlsplit(target)
         self.target = (parts.hostname, parts.port)
         self.mode = mode
-        self.forwarded = 0
+        self.every = every
+        self.forwarded = self.faulted = self.seen = 0
+        self.lock = threading.Lock()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.closed = False
@@ -63,6 +69,13 @@ class LossyProxy:
                 while conn.recv(65536):  # hold it until the client gives up
                     pass
                 return
+            fault = self._fault()
+            if fault == "503":
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\nContent-Length: 19"
+                             b"\r\nConnection: close\r\n\r\nService Unavailable")
+                return
+            if fault == "close":
+                return
             method, path, headers, body = request
             upstream = http.client.HTTPConnection(*self.target, timeout=30)
             headers = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
@@ -71,10 +84,14 @@ class LossyProxy:
             payload = answer.read()
             upstream.close()
             self.forwarded += 1
-            if self.mode == "drop":
+            if self.mode == "drop" or fault == "drop":
                 return
             if self.mode == "502":
                 conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            if self.mode == "403":
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/html\r\nContent-Length: 22\r\n"
+                             b"Connection: close\r\n\r\n<h1>403 Forbidden</h1>")
                 return
             head = f"HTTP/1.1 {answer.status} {answer.reason}\r\n"
             for key, value in answer.getheaders():
@@ -82,6 +99,19 @@ class LossyProxy:
                     head += f"{key}: {value}\r\n"
             head += f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
             conn.sendall(head.encode("latin-1") + payload)
+
+    def _fault(self) -> str:
+        """What to do with this request instead of passing it: "503", "close", "drop" or ""."""
+        if self.mode == "503":
+            return "503"
+        if self.mode != "flaky":
+            return ""
+        with self.lock:
+            self.seen += 1
+            if self.seen % self.every:
+                return ""
+            self.faulted += 1
+            return ("503", "close", "drop")[(self.faulted - 1) % 3]
 
     def close(self):
         self.closed = True

@@ -219,7 +219,7 @@ def test_a_reply_whose_custom_field_was_lost_is_found_by_its_content(rt_server, 
     assert effect.last_reconcile == f"found by content on ticket {ticket}: transaction {write.txn}"
 
 
-@pytest.mark.parametrize("mode", ["drop", "502"])
+@pytest.mark.parametrize("mode", ["drop", "502", "403"])
 def test_an_answer_lost_after_the_write_reached_rt_is_unknown_then_found(rt_server, rt_settings, task_name, mode):
     rt = rt_server
     ticket = rt.create_ticket(f"Answer lost ({mode})")
@@ -228,7 +228,10 @@ def test_an_answer_lost_after_the_write_reached_rt_is_unknown_then_found(rt_serv
         result = run("notify_customer", ticket, task_name, channel=RTChannel(url=proxy.url))
     finally:
         proxy.close()
-    assert result.state == EffectState.UNKNOWN and proxy.forwarded == 1
+    # after a 403 the channel also asks whether the ticket exists (one GET)
+    assert result.state == EffectState.UNKNOWN and proxy.forwarded == (2 if mode == "403" else 1)
+    if mode == "403":  # a proxy's refusal page is not RT's: the write may have reached RT (it did)
+        assert "answered 403 without RT's error body" in result.effect.last_error
     effect = effect_reconcile(effect_id=result.effect.pk, force=True)
     assert effect.state == EffectState.COMMITTED
     assert len(rt_writes(rt, ticket)) == 1
@@ -255,3 +258,31 @@ def test_a_request_that_never_reached_rt_is_unknown_then_not_found_and_retried_o
 def test_rt_down_before_the_call_fails_and_nothing_was_written(rt_settings, task_name):
     result = run("notify_customer", 1, task_name, channel=RTChannel(url="http://127.0.0.1:9"))
     assert result.state == EffectState.FAILED and "could not connect to Request Tracker" in result.effect.last_error
+
+
+def test_an_escalation_rt_makes_only_in_part_is_unknown_and_says_what_landed(rt_server, rt_settings, task_name):
+    """Without CreateTicket in the escalation queue RT answers the PUT 200, keeps
+    the priority and refuses the queue: part of the action landed, so it is
+    unknown (never "provably not done"), and its error says which part."""
+    rt = rt_server
+    ticket = rt.create_ticket("Escalate me in part")
+    listed = RTChannel(user="listed", password=rt.users["listed"])
+    result = run("escalate", ticket, task_name, channel=listed)
+    assert result.state == EffectState.UNKNOWN, result.effect.last_error
+    error = result.effect.last_error
+    assert f"made only part of the change on ticket {ticket}: landed: Priority 100; not landed: Queue is " \
+           f"Support, not {OTHER_QUEUE}" in error, error
+    assert "no key comment was written" in error
+    now = ticket_now(rt, ticket)
+    assert (now["Queue"]["Name"], now["Priority"]) == ("Support", "100")  # what RT kept
+    assert rt_writes(rt, ticket) == []
+
+
+def test_a_change_rt_refuses_whole_is_failed(rt_server, rt_settings, task_name):
+    """The same refusal with nothing else asked: the ticket read back shows nothing changed."""
+    rt_settings.RT_ESCALATION_PRIORITY = None
+    ticket = rt_server.create_ticket("Escalate me not at all")
+    result = run("escalate", ticket, task_name, channel=RTChannel(user="listed", password=rt_server.users["listed"]))
+    assert result.state == EffectState.FAILED, result.effect.last_error
+    assert "read back, nothing of it changed" in result.effect.last_error
+    assert ticket_now(rt_server, ticket)["Queue"]["Name"] == "Support"

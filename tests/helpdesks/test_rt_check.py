@@ -59,7 +59,18 @@ def test_the_check_names_missing_rights(rt_server, rt_settings):
     channel = RTChannel(user="viewer", password=rt_server.users["viewer"])
     problems = channel.check()
     assert any("lacks SeeCustomField" in p for p in problems), problems
-    assert any("'viewer' lacks ReplyToTicket, CommentOnTicket, ModifyTicket" in p for p in problems), problems
+    assert any("'viewer' lacks ReplyToTicket, CommentOnTicket, ModifyTicket in queue Support (seen on its ticket"
+               in p for p in problems), problems
+    assert any("RT_ESCALATION_QUEUE='Escalations': no such queue visible to 'viewer'" in p for p in problems)
+
+
+def test_the_check_names_create_ticket_missing_in_the_escalation_queue(rt_server, rt_settings):
+    """The rights docs/channels.md once listed (no CreateTicket in the escalation
+    queue): the check says which right, which queue, which user."""
+    rt_server.create_ticket("A ticket the listed user could escalate")
+    problems = RTChannel(user="listed", password=rt_server.users["listed"]).check()
+    assert problems == ["'listed' lacks CreateTicket in queue Escalations (RT_ESCALATION_QUEUE): RT moves a ticket "
+                        "into a queue only for a user who may create tickets there"], problems
 
 
 def test_the_check_names_an_escalation_with_nothing_to_change(rt_settings):

@@ -14,7 +14,8 @@ import base64
 import html
 import re
 
-from ledger.channels.rt_rest import PER_PAGE, SYSTEM, Reader, RTConfig, Unanswered, rt_message
+from ledger.channels.redact import redact
+from ledger.channels.rt_rest import PER_PAGE, SYSTEM, Reader, RTConfig, Unanswered, answered_by, rt_message
 from ticketagent.sources import SourceError
 
 # RT's numeric priority -> the upload's priority (RT 5 shows 0 as Low, 50 as Medium, 100 as High)
@@ -42,15 +43,16 @@ def _read(reader: Reader, path: str, what: str, **params) -> dict:
     try:
         answer = reader.get(path, **params)
     except Unanswered as exc:
-        raise SourceError(f"{exc} (at {reader.config.url})") from None
+        raise SourceError(redact(f"{exc} (at {reader.config.url})")) from None
     if answer.status == 401:
         raise SourceError(f"{SYSTEM} refused the credentials (401): check HELPDESK_USER and HELPDESK_PASSWORD")
     message = re.sub(r"\s+at /\S+ line \d+\.?\s*$", "", rt_message(answer))
-    if answer.status == 400 and path == "/tickets":
-        raise SourceError(f"{SYSTEM} rejected the TicketSQL query: {message}")
+    if answer.status == 400 and path == "/tickets" and answer.json(None) is not None:
+        raise SourceError(redact(f"{SYSTEM} rejected the TicketSQL query: {message}"))
     data = answer.json(None)
     if answer.status != 200 or not isinstance(data, dict):
-        raise SourceError(f"{SYSTEM} answered {answer.status} to {what}: {message}")
+        tries = f" (tried {reader.attempts} times)" if answer.status >= 500 else ""
+        raise SourceError(redact(f"{answered_by(answer, what)}{tries}"))
     return data
 
 

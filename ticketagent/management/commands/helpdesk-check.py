@@ -31,9 +31,17 @@ class Command(BaseCommand):
         self.stdout.write(f"    key sent with each write: {a.key_carried or 'no'}"
                           + (" (the system refuses a repeat)" if a.honours_key else ""))
         self.stdout.write(f"    look-up by key: {a.lookup or 'no: its unknown effects go to review'}")
-        problems = channel.check()
+        # a channel may also say what it could not verify yet (an RT with no ticket)
+        report = getattr(channel, "check_report", None)
+        if report is not None:
+            found = report()
+            problems, unverified = found.problems, found.unverified
+        else:
+            problems, unverified = channel.check(), []
         for problem in problems:
             self.stderr.write(f"    problem: {problem}")
+        for what in unverified:
+            self.stdout.write(f"    not verified yet: {what}")
         if not problems:
             self.stdout.write("    connection: ok")
         return problems
