@@ -28,7 +28,12 @@ def rt_environment(rt_server) -> dict:
     """The settings (as environment variables) that point the product at the test RT."""
     return {"HELPDESK_KIND": "rt", "HELPDESK_URL": rt_server.base_url, "HELPDESK_USER": rt_server.user,
             "HELPDESK_PASSWORD": rt_server.password, "RT_ESCALATION_QUEUE": OTHER_QUEUE,
-            "RT_ESCALATION_OWNER": "", "RT_ESCALATION_PRIORITY": "100"}
+            "RT_ESCALATION_OWNER": "", "RT_ESCALATION_PRIORITY": "100", **RT_TIMING}
+
+
+# A test RT (SQLite, one process) answers slower than the sandbox; an RT action
+# is up to two requests, and the lease must cover a whole call.
+RT_TIMING = {"HELPDESK_CONNECT_TIMEOUT": "1", "HELPDESK_READ_TIMEOUT": "3", "LEASE_SECONDS": "10"}
 
 
 @pytest.fixture
@@ -41,6 +46,8 @@ def rt_settings(rt_server, settings):
     settings.RT_ESCALATION_QUEUE = OTHER_QUEUE
     settings.RT_ESCALATION_OWNER = ""
     settings.RT_ESCALATION_PRIORITY = 100
+    settings.HELPDESK_CONNECT_TIMEOUT, settings.HELPDESK_READ_TIMEOUT = 1.0, 3.0
+    settings.LEASE_SECONDS = 10.0
     return settings
 
 
