@@ -104,6 +104,7 @@ class RTOracle:
             self._check(task_id, final, f"task {task_id} (end of run)", count=False)
         report.problems += final.problems
         report.duplicates += final.duplicates
+        report.duplicate_keys.update(final.duplicate_keys)
 
     def _check(self, task_id: int, report: Report, where: str, *, count: bool) -> None:
         effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task=str(task_id), channel="helpdesk")}
@@ -128,6 +129,8 @@ class RTOracle:
                 self._problem(report, f"{where}: a write in RT with key {key[:12]} has no ledger row")
                 continue
             doubled = replies[key] > 1 or (n > 1 and effect.effect_class in ("once", "irreversible"))
+            if doubled:
+                report.duplicate_keys[key] = (effect.owner_task, n - 1)
             if doubled and self._problem(report, f"{where}: {effect.action} for item {effect.owner_item} is in RT "
                                                  f"{n} times ({replies[key]} replies)"):
                 report.duplicates += n - 1
