@@ -35,6 +35,15 @@ TIMEOUT_PAGE = (b"<html>\r\n<head><title>504 Gateway Time-out</title></head>\r\n
                 b"<h1>504 Gateway Time-out</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        """A client that hung up (a worker killed mid-request) is no error of the gateway's."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class Gateway:
     """The gateway: a threaded HTTP server on 127.0.0.1 forwarding to `upstream`."""
 
@@ -54,7 +63,7 @@ class Gateway:
         self._lock = threading.Lock()
         self._pending: list[threading.Thread] = []
         self._port = port
-        self.server: ThreadingHTTPServer | None = None
+        self.server: _Server | None = None
 
     # -- running ---------------------------------------------------------------
     def start(self) -> str:
@@ -64,8 +73,7 @@ class Gateway:
         class Handler(_Handler):
             owner = gateway
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", self._port), Handler)
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, name="gateway",
                          daemon=True).start()
         return urlunsplit(("http", f"127.0.0.1:{self.server.server_address[1]}", self.upstream.path, "", ""))

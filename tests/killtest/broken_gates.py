@@ -113,4 +113,5 @@ def unchecked_lease(*, action, payload, owner_task, owner_item, owner_step, leas
     return GateResult(effect=effect, state=effect.state, called=True)
 
 
-GATES = {"no-intent": no_intent, "commit-before-call": commit_before_call, "unchecked-lease": unchecked_lease}
+MISORDERED = {"no-intent": no_intent, "commit-before-call": commit_before_call}  # caught by SIGKILLs alone
+GATES = {**MISORDERED, "unchecked-lease": unchecked_lease}  # caught only when a worker wakes up late

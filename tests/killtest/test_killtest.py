@@ -8,7 +8,7 @@ from django.core.management import call_command
 
 from ops.killtest.run import run_killtest
 
-from .broken_gates import GATES
+from .broken_gates import MISORDERED
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -34,7 +34,7 @@ def test_kill_test_on_the_email_channel_plays_the_operator(queue, capsys):
     assert code == 0, out
 
 
-@pytest.mark.parametrize("gate", sorted(GATES))
+@pytest.mark.parametrize("gate", sorted(MISORDERED))
 def test_the_harness_fails_against_a_mis_ordered_gate(queue, gate):
     """Workers whose gate calls out before it records the intent, or records
     success before it calls: the harness must find the difference."""
