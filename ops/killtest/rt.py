@@ -12,14 +12,19 @@ marker and the transaction custom field), and the mail RT sent.
   not recorded;
 * a committed effect whose key is on none of its ticket's writes: lost;
 * more "Resolved" mails to a requestor than one: the customer saw it twice.
+
+Late writes are counted as for the sandbox (`check_late_writes`), from the
+time RT gives each transaction (`Created`, to the second: a write within the
+same second as a transition counts as before it).
 """
 
+import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from ledger.channels.rt import keys_in
 from ledger.models import Effect, EffectState
-from ops.killtest.checks import check_task
+from ops.killtest.checks import check_late_writes, check_task
 from ops.killtest.report import Report
 from ops.rt_server import RTServer
 from ticketagent.models import Task
@@ -36,6 +41,7 @@ class RTWrite:
     txn: str
     type: str
     keys: frozenset
+    created: str = ""  # RT's Created, ISO 8601 UTC
 
 
 def _pages(server: RTServer, path: str, **params) -> list[dict]:
@@ -58,7 +64,7 @@ def rt_writes(server: RTServer, ticket, known: dict | None = None) -> list[RTWri
     `known` (transaction id -> RTWrite) spares reading a transaction twice."""
     known = {} if known is None else known
     writes = []
-    for txn in _pages(server, f"/ticket/{ticket}/history", fields="Type,CustomFields"):
+    for txn in _pages(server, f"/ticket/{ticket}/history", fields="Type,CustomFields,Created"):
         if txn.get("Type") not in REPLY_TYPES:
             continue
         tid = str(txn["id"])
@@ -66,9 +72,25 @@ def rt_writes(server: RTServer, ticket, known: dict | None = None) -> list[RTWri
             keys = {v for cf in txn.get("CustomFields") or [] for v in cf.get("values") or []}
             for part in _pages(server, f"/transaction/{tid}/attachments", fields="Content"):
                 keys.update(keys_in(str(part.get("Content") or "")))
-            known[tid] = RTWrite(str(ticket), tid, txn["Type"], frozenset(keys))
+            known[tid] = RTWrite(str(ticket), tid, txn["Type"], frozenset(keys), str(txn.get("Created") or ""))
         writes.append(known[tid])
     return writes
+
+
+def _when(created: str) -> str:
+    """RT's `Created` as an ISO time with its zone ("" when RT gave none)."""
+    try:
+        return dt.datetime.fromisoformat(created.replace("Z", "+00:00")).isoformat()
+    except ValueError:
+        return ""
+
+
+@dataclass(frozen=True)
+class _Deliveries:
+    rows: list
+
+    def deliveries(self, limit=None, **filters) -> list[dict]:
+        return self.rows
 
 
 @dataclass
@@ -105,6 +127,18 @@ class RTOracle:
         report.problems += final.problems
         report.duplicates += final.duplicates
         report.duplicate_keys.update(final.duplicate_keys)
+        check_late_writes(task_ids, _Deliveries(self._deliveries(task_ids)), report)
+
+    def _deliveries(self, task_ids: list[int]) -> list[dict]:
+        """The round's writes in RT as the sandbox lists deliveries: one per key a write carries."""
+        found = []
+        for task_id in task_ids:
+            for ticket in self.tickets.get(task_id, []):
+                for write in rt_writes(self.server, ticket, self.seen):
+                    created = _when(write.created)
+                    found += [{"id": f"txn-{write.txn}", "key": key, "created_at": created}
+                              for key in sorted(write.keys) if created]
+        return found
 
     def _check(self, task_id: int, report: Report, where: str, *, count: bool) -> None:
         effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task=str(task_id), channel="helpdesk")}
