@@ -47,14 +47,17 @@ def check_run(task_ids: list[int], sandbox: SandboxClient, report: Report) -> No
     check_late_writes(task_ids, sandbox, report)
 
 
-def check_late_writes(task_ids: list[int], sandbox: SandboxClient, report: Report) -> None:
+def check_late_writes(task_ids: list[int], sandbox: SandboxClient, report: Report, resolution: float = 0.0) -> None:
     """Every delivery the receiver holds, late ones included, against the
     ledger's transitions of its effect: one that landed after the caller
     stopped waiting (a timeout, a drop, a kill, a pause: the effect was
     already `unknown`) is a late write; one that landed after the ledger had
     settled the effect (`committed` or `failed`) is counted too; one that
     landed after a look-up said "not found" for its key (and before the
-    retry that look-up allowed) is a bug: the look-up was trusted too early."""
+    retry that look-up allowed) is a bug: the look-up was trusted too early.
+    `resolution`: how coarse the receiver's times are (RT: 1 s, truncated); a
+    delivery with a transition of its effect within that much after its time
+    may have landed on either side of it, and is counted late at most."""
     effects = {pk: (key, task) for pk, key, task in Effect.objects.filter(
         owner_task__in=[str(t) for t in task_ids]).values_list("pk", "idempotency_key", "owner_task")}
     marks: dict[str, list[tuple[dt.datetime, str]]] = {}
@@ -74,6 +77,9 @@ def check_late_writes(task_ids: list[int], sandbox: SandboxClient, report: Repor
         if "unknown" in before:
             report.late_writes += 1
             report.count(task, "late")
+        blurred = landed + dt.timedelta(seconds=resolution)
+        if any(landed <= at < blurred for at, _ in marks.get(d.get("key"), ())):
+            continue
         if before and before[-1] in ("settled", "not_found"):
             report.after_settled += 1
             report.count(task, "after settled")

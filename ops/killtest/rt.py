@@ -14,8 +14,9 @@ marker and the transaction custom field), and the mail RT sent.
 * more "Resolved" mails to a requestor than one: the customer saw it twice.
 
 Late writes are counted as for the sandbox (`check_late_writes`), from the
-time RT gives each transaction (`Created`, to the second: a write within the
-same second as a transition counts as before it).
+time RT gives each transaction (`Created`, to the second: a write whose
+second holds a transition of its effect may have landed on either side of it,
+and is not taken as landing after a "not found").
 """
 
 import datetime as dt
@@ -127,7 +128,7 @@ class RTOracle:
         report.problems += final.problems
         report.duplicates += final.duplicates
         report.duplicate_keys.update(final.duplicate_keys)
-        check_late_writes(task_ids, _Deliveries(self._deliveries(task_ids)), report)
+        check_late_writes(task_ids, _Deliveries(self._deliveries(task_ids)), report, resolution=1.0)
 
     def _deliveries(self, task_ids: list[int]) -> list[dict]:
         """The round's writes in RT as the sandbox lists deliveries: one per key a write carries."""

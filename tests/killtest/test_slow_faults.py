@@ -67,6 +67,20 @@ class TestLateWriteChecker:
         assert report.problems == ["delivery dlv-4 with key k-early landed after a look-up said it had not happened"]
         assert report.per_task["90"] == {"late": 3, "after settled": 2, "after not found": 1}
 
+    def test_a_receiver_time_to_the_second_is_not_taken_for_after_a_not_found(self):
+        t0 = timezone.now().replace(microsecond=0)
+        _effect("92", "k-retried", [(EffectState.UNKNOWN, "EFFECT_RECOVERED", t0 - dt.timedelta(seconds=3)),
+                                    (EffectState.FAILED, "EFFECT_RECONCILED", t0 - dt.timedelta(seconds=1)),
+                                    (EffectState.INTENT, "EFFECT_RETRY", t0 + dt.timedelta(seconds=0.4))])
+        # RT says "second t0": the retry's own write, 0.6 s after the retry, looks like one before it
+        rows = Deliveries([{"id": "txn-1", "key": "k-retried", "created_at": t0.isoformat()}])
+        exact, coarse = Report(), Report()
+        check_late_writes([92], rows, exact)
+        check_late_writes([92], rows, coarse, resolution=1.0)
+        assert exact.landed_after_not_found == 1  # taken at its word, the time says "after not found"
+        assert (coarse.landed_after_not_found, coarse.after_settled, coarse.problems) == (0, 0, [])
+        assert coarse.late_writes == 1
+
     def test_nothing_late_nothing_counted(self):
         t0 = timezone.now()
         _effect("91", "k-1", [(EffectState.INTENT, "EFFECT_INTENT", t0),
