@@ -10,6 +10,7 @@
     proxy.drop()                              # a silent cut: nothing forwarded either way, no socket
                                               # closed, no FIN/RST; new connections accepted, never forwarded
     proxy.heal()                              # forward again; the connections cut stay dead (closed now)
+    proxy.cancel_aims()                       # forget the stall_next aims not matched yet
     proxy.close()
     proxy.events, proxy.counts                # what it did, for reports
 
@@ -70,9 +71,16 @@ class _Link:
 
 @dataclass
 class _Aim:
-    pattern: bytes
+    patterns: tuple[bytes, ...]  # all of them in one chunk
     seconds: float
     on_match: Callable[[], None] | None
+
+    def hits(self, data: bytes) -> bool:
+        return all(p in data for p in self.patterns)
+
+    @property
+    def text(self) -> str:
+        return " + ".join(p.decode("utf-8", "replace") for p in self.patterns)
 
 
 class FaultProxy:
@@ -111,16 +119,28 @@ class FaultProxy:
             self._note("stall", seconds=seconds)
             self._cond.notify_all()
 
-    def stall_next(self, pattern: bytes, seconds: float, on_match: Callable[[], None] | None = None) -> None:
-        """The next client->server chunk that contains `pattern` is forwarded,
-        and the answers on its connection are held for `seconds` from then.
-        `on_match` (optional) runs at that moment, before the chunk is
-        forwarded, in the proxy's thread: e.g. to SIGSTOP the client."""
-        if not pattern:
+    def stall_next(self, pattern: bytes | tuple[bytes, ...], seconds: float,
+                   on_match: Callable[[], None] | None = None) -> None:
+        """The next client->server chunk that contains `pattern` (or every one
+        of a tuple of patterns) is forwarded, and the answers on its
+        connection are held for `seconds` from then. `on_match` (optional)
+        runs at that moment, before the chunk is forwarded, in the proxy's
+        thread: e.g. to SIGSTOP the client."""
+        patterns = (pattern,) if isinstance(pattern, bytes | bytearray) else tuple(pattern)
+        if not patterns or not all(patterns):
             raise ValueError("stall_next: the pattern is empty")
+        aim = _Aim(tuple(bytes(p) for p in patterns), seconds, on_match)
         with self._cond:
-            self._aims.append(_Aim(bytes(pattern), seconds, on_match))
-            self._note("aim", pattern=pattern.decode("utf-8", "replace"), seconds=seconds)
+            self._aims.append(aim)
+            self._note("aim", pattern=aim.text, seconds=seconds)
+
+    def cancel_aims(self) -> int:
+        """Forget the `stall_next` aims that have not matched yet; how many there were."""
+        with self._cond:
+            n, self._aims = len(self._aims), []
+            if n:
+                self._note("aims cancelled", count=n)
+            return n
 
     def drop(self) -> None:
         """Cut every connection silently; connections made from now on are accepted and never forwarded."""
@@ -224,12 +244,12 @@ class FaultProxy:
     def _match(self, link: _Link, data: bytes) -> None:
         """Arm the hold of the first waiting aim whose pattern is in `data`."""
         with self._cond:
-            aim = next((a for a in self._aims if a.pattern in data), None)
+            aim = next((a for a in self._aims if a.hits(data)), None)
             if aim is None:
                 return
             self._aims.remove(aim)
             link.hold_until = max(link.hold_until, time.monotonic() + aim.seconds)
-            self._note("aimed stall", pattern=aim.pattern.decode("utf-8", "replace"), seconds=aim.seconds)
+            self._note("aimed stall", pattern=aim.text, seconds=aim.seconds)
         if aim.on_match is not None:
             try:
                 aim.on_match()

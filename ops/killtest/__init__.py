@@ -11,7 +11,9 @@ them, then compares what the sandbox helpdesk received with the ledger:
   in its own process or forks a work-horse per job (`WORKER_FORK`), at
   random, so both kinds are killed;
 * optionally the queue's Redis database is flushed and PostgreSQL connections
-  are terminated;
+  are terminated; and workers are made slow instead of dead (paused, their
+  database answers stalled or cut, the helpdesk behind a gateway that answers
+  504 and delivers later), one such fault per round (`slow`);
 * every task is driven to an end: suspended tasks are resumed, unknown
   effects settle by reconcile, and for a channel without look-up the
   harness plays the operator, asking the sandbox (the oracle) and
@@ -22,6 +24,7 @@ them, then compares what the sandbox helpdesk received with the ledger:
 
     run      the rounds: start everything, drive each task to an end, inject faults
     pool     the worker processes it kills and restarts
+    slow     the slow-worker faults: pause, stall, drop (ops/faultproxy.py), gateway (ops/gateway.py)
     checks   the sandbox's deliveries against the ledger
     report   the counts and the table
 """

@@ -25,6 +25,7 @@ def check_deliveries(effects: dict, deliveries: Counter, report: Report, where: 
             continue
         if n > 1 and effect.effect_class in ("once", "irreversible"):
             report.duplicates += n - 1
+            report.duplicate_keys[key] = (effect.owner_task, n - 1)
             report.problems.append(f"{where}: {effect.action} for item {effect.owner_item} delivered {n} times")
         if effect.state != EffectState.COMMITTED:
             report.problems.append(f"{where}: {effect.action} item {effect.owner_item} was delivered but the "
@@ -41,33 +42,52 @@ def check_run(task_ids: list[int], sandbox: SandboxClient, report: Report) -> No
     seen = {p.split(": ", 1)[1] for p in report.problems}
     report.problems += [p for p in final.problems if p.split(": ", 1)[1] not in seen]
     report.duplicates = max(report.duplicates, final.duplicates)
+    report.duplicate_keys.update(final.duplicate_keys)
     report.delivered = sum(deliveries.values())
     check_late_writes(task_ids, sandbox, report)
 
 
-def check_late_writes(task_ids: list[int], sandbox: SandboxClient, report: Report) -> None:
-    """Deliveries that landed after the caller stopped waiting (a timeout, a
-    drop, a kill: the effect was already `unknown`) are counted; one that landed
-    after a look-up said "not found" for its key (and before the retry that
-    look-up allowed) is a bug: the look-up was trusted too early."""
-    keys = dict(Effect.objects.filter(owner_task__in=[str(t) for t in task_ids]).values_list("pk", "idempotency_key"))
+def check_late_writes(task_ids: list[int], sandbox: SandboxClient, report: Report, resolution: float = 0.0) -> None:
+    """Every delivery the receiver holds, late ones included, against the
+    ledger's transitions of its effect: one that landed after the caller
+    stopped waiting (a timeout, a drop, a kill, a pause: the effect was
+    already `unknown`) is a late write; one that landed after the ledger had
+    settled the effect (`committed` or `failed`) is counted too; one that
+    landed after a look-up said "not found" for its key (and before the
+    retry that look-up allowed) is a bug: the look-up was trusted too early.
+    `resolution`: how coarse the receiver's times are (RT: 1 s, truncated); a
+    delivery with a transition of its effect within that much after its time
+    may have landed on either side of it, and is counted late at most."""
+    effects = {pk: (key, task) for pk, key, task in Effect.objects.filter(
+        owner_task__in=[str(t) for t in task_ids]).values_list("pk", "idempotency_key", "owner_task")}
     marks: dict[str, list[tuple[dt.datetime, str]]] = {}
-    for effect_id, to_state, event, at in (EffectTransition.objects.filter(effect_id__in=keys).order_by("id")
+    for effect_id, to_state, event, at in (EffectTransition.objects.filter(effect_id__in=effects).order_by("id")
                                            .values_list("effect_id", "to_state", "event", "at")):
         kind = ("unknown" if to_state == EffectState.UNKNOWN else
                 "not_found" if event == "EFFECT_RECONCILED" and to_state == EffectState.FAILED else
-                "retry" if event == "EFFECT_RETRY" else "")
+                "retry" if event == "EFFECT_RETRY" else
+                "settled" if to_state in (EffectState.COMMITTED, EffectState.FAILED) else "")
         if kind:
-            marks.setdefault(keys[effect_id], []).append((at, kind))
+            marks.setdefault(effects[effect_id][0], []).append((at, kind))
+    tasks = dict(effects.values())
     for d in sandbox.deliveries(limit=1_000_000):
         landed = dt.datetime.fromisoformat(d["created_at"])
         before = [kind for at, kind in marks.get(d.get("key"), ()) if at < landed]
+        task = tasks.get(d.get("key"))
         if "unknown" in before:
             report.late_writes += 1
+            report.count(task, "late")
+        blurred = landed + dt.timedelta(seconds=resolution)
+        if any(landed <= at < blurred for at, _ in marks.get(d.get("key"), ())):
+            continue
+        if before and before[-1] in ("settled", "not_found"):
+            report.after_settled += 1
+            report.count(task, "after settled")
         if before and before[-1] == "not_found":
             report.problems.append(f"delivery {d['id']} with key {d['key'][:12]} landed after a look-up said "
                                    "it had not happened")
             report.landed_after_not_found += 1
+            report.count(task, "after not found")
 
 
 def check_round(task: Task, sandbox: SandboxClient, report: Report) -> None:
@@ -93,6 +113,7 @@ def check_task(task: Task, report: Report) -> None:
     not_done = task.items.exclude(status=ItemStatus.DONE)
     if not_done.exists():
         report.lost_items += not_done.count()
+        report.count(task.pk, "lost", not_done.count())
         sample = ", ".join(f"{i.ticket_id}={i.status}" for i in not_done[:5])
         report.problems.append(f"task {task.pk}: {not_done.count()} item(s) not done ({sample}); "
                                f"task is {task.status}")

@@ -3,8 +3,10 @@
 import random
 import sys
 from collections import Counter
+from urllib.parse import urlsplit, urlunsplit
 
 from ledger.faults import WINDOWS
+from ops.faultproxy import FaultProxy
 from ops.processes import Child, Processes
 
 
@@ -12,13 +14,19 @@ class WorkerPool:
     """`workers` worker processes and the recovery sweep, kept running as a
     supervisor would: whatever dies is started again. Each worker started
     picks its crash window and its kind (forking a work-horse per job, or
-    not) at random."""
+    not) at random. With `proxied`, each worker reaches PostgreSQL through a
+    FaultProxy of its own (`proxies[child]`), which the slow-worker faults
+    stall or cut; the sweep connects directly. A worker under such a fault
+    (`spared`) is not killed at random: its waking up is the point."""
 
     def __init__(self, procs: Processes, *, workers: int, rng: random.Random, crash_probability: float,
-                 worker_command: list[str]):
+                 worker_command: list[str], proxied: bool = False):
         self.procs, self.n, self.rng = procs, workers, rng
         self.crash_probability = crash_probability
         self.worker_command = worker_command
+        self.proxied = proxied
+        self.proxies: dict[Child, FaultProxy] = {}
+        self.spared: set[Child] = set()
         self.crash_log = procs.log_dir / "crashes.log"
         self.workers: list[Child] = []
         self.recovery: Child | None = None
@@ -31,7 +39,24 @@ class WorkerPool:
         self.modes["forking" if fork else "in-process"] += 1
         env = {"LEDGER_CRASH_AT": f"{window}:{self.crash_probability}", "LEDGER_CRASH_LOG": str(self.crash_log),
                "WORKER_FORK": "true" if fork else "false"}
-        return self.procs.start("worker", self.worker_command, env=env)
+        proxy = None
+        if self.proxied:
+            url = urlsplit(self.procs.env["DATABASE_URL"])
+            proxy = FaultProxy(url.hostname or "127.0.0.1", url.port or 5432)
+            auth = url.netloc.rsplit("@", 1)[0] + "@" if "@" in url.netloc else ""
+            env["DATABASE_URL"] = urlunsplit((url.scheme, f"{auth}127.0.0.1:{proxy.start()}", url.path,
+                                              url.query, ""))
+        child = self.procs.start("worker", self.worker_command, env=env)
+        if proxy is not None:
+            self.proxies[child] = proxy
+        return child
+
+    def _gone(self, child: Child) -> None:
+        """A worker that will not run again: its proxy closes (connections cut by it die now)."""
+        self.spared.discard(child)
+        proxy = self.proxies.pop(child, None)
+        if proxy is not None:
+            proxy.close()
 
     def start(self) -> None:
         self.workers = [self.start_worker() for _ in range(self.n)]
@@ -39,9 +64,13 @@ class WorkerPool:
                                          log=self.procs.log_dir / "recover.log")
 
     def kill_random(self) -> None:
-        """SIGKILL one worker, work-horse included, and start another."""
-        i = self.rng.randrange(len(self.workers))
+        """SIGKILL one worker (not a spared one), work-horse included, and start another."""
+        choices = [i for i, child in enumerate(self.workers) if child not in self.spared]
+        if not choices:
+            return
+        i = self.rng.choice(choices)
         self.procs.kill(self.workers[i])
+        self._gone(self.workers[i])
         self.wall_kills += 1
         self.workers[i] = self.start_worker()
 
@@ -49,9 +78,14 @@ class WorkerPool:
         for i, child in enumerate(self.workers):
             if child.poll() is not None:
                 self.procs.forget(child)
+                self._gone(child)
                 self.workers[i] = self.start_worker()
         if self.recovery is not None and self.recovery.poll() is not None:
             self.recovery = self.procs.restart(self.recovery)
+
+    def close(self) -> None:
+        for child in list(self.proxies):
+            self._gone(child)
 
     def crash_counts(self) -> Counter:
         """Self-inflicted SIGKILLs per window, as the workers logged them."""

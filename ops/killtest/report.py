@@ -25,7 +25,26 @@ class Report:
     worker_starts: Counter = field(default_factory=Counter)
     late_writes: int = 0  # deliveries that landed after their effect was already unknown
     landed_after_not_found: int = 0  # ... after a look-up said "not found": must be 0
+    after_settled: int = 0  # deliveries that landed after the ledger had settled their effect
     helpdesk_faults: str = ""
+    duplicate_keys: dict = field(default_factory=dict)  # key -> (task id, deliveries beyond the first)
+    per_task: dict = field(default_factory=dict)  # task id -> Counter (lost, late, after settled, ...)
+    round_faults: dict = field(default_factory=dict)  # task id -> the slow-worker fault of its round
+
+    def count(self, task, what: str, n: int = 1) -> None:
+        self.per_task.setdefault(str(task), Counter())[what] += n
+
+    def per_fault(self) -> dict[str, Counter]:
+        """What each round fault found: rounds, duplicates, late writes, lost items."""
+        found: dict[str, Counter] = {}
+        for task, kind in self.round_faults.items():
+            found.setdefault(kind, Counter())["rounds"] += 1
+            found[kind].update(self.per_task.get(str(task), Counter()))
+        for task, extra in self.duplicate_keys.values():
+            kind = self.round_faults.get(int(task)) if str(task).isdigit() else None
+            if kind is not None:
+                found[kind]["duplicates"] += extra
+        return found
 
     @property
     def ok(self) -> bool:
@@ -45,6 +64,7 @@ class Report:
             ("unknown -> reconciled", self.reconciled),
             ("late writes (caller had given up)", self.late_writes),
             ("... landed after a not-found look-up", self.landed_after_not_found),
+            ("late writes after the ledger settled", self.after_settled),
             ("unknown -> reviewed (needed a human)", self.reviewed),
             ("resumes", self.resumes),
             ("blocked duplicates", self.blocked),
@@ -53,6 +73,10 @@ class Report:
             ("wall time", f"{self.seconds:.1f} s"),
             ("result", "PASS" if self.ok else f"FAIL ({len(self.problems)} problem(s))"),
         ]
+        for kind, found in sorted(self.per_fault().items()):
+            rows.insert(-2, (f"round fault {kind}", ", ".join(
+                f"{what} {found[what]}" for what in ("rounds", "duplicates", "after not found", "after settled",
+                                                     "late", "lost"))))
         width = max(len(k) for k, _ in rows)
         lines = [f"{k:<{width}}  {v}" for k, v in rows]
         bar = "-" * max(len(line) for line in lines)

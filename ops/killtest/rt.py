@@ -12,14 +12,20 @@ marker and the transaction custom field), and the mail RT sent.
   not recorded;
 * a committed effect whose key is on none of its ticket's writes: lost;
 * more "Resolved" mails to a requestor than one: the customer saw it twice.
+
+Late writes are counted as for the sandbox (`check_late_writes`), from the
+time RT gives each transaction (`Created`, to the second: a write whose
+second holds a transition of its effect may have landed on either side of it,
+and is not taken as landing after a "not found").
 """
 
+import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from ledger.channels.rt import keys_in
 from ledger.models import Effect, EffectState
-from ops.killtest.checks import check_task
+from ops.killtest.checks import check_late_writes, check_task
 from ops.killtest.report import Report
 from ops.rt_server import RTServer
 from ticketagent.models import Task
@@ -36,6 +42,7 @@ class RTWrite:
     txn: str
     type: str
     keys: frozenset
+    created: str = ""  # RT's Created, ISO 8601 UTC
 
 
 def _pages(server: RTServer, path: str, **params) -> list[dict]:
@@ -58,7 +65,7 @@ def rt_writes(server: RTServer, ticket, known: dict | None = None) -> list[RTWri
     `known` (transaction id -> RTWrite) spares reading a transaction twice."""
     known = {} if known is None else known
     writes = []
-    for txn in _pages(server, f"/ticket/{ticket}/history", fields="Type,CustomFields"):
+    for txn in _pages(server, f"/ticket/{ticket}/history", fields="Type,CustomFields,Created"):
         if txn.get("Type") not in REPLY_TYPES:
             continue
         tid = str(txn["id"])
@@ -66,9 +73,25 @@ def rt_writes(server: RTServer, ticket, known: dict | None = None) -> list[RTWri
             keys = {v for cf in txn.get("CustomFields") or [] for v in cf.get("values") or []}
             for part in _pages(server, f"/transaction/{tid}/attachments", fields="Content"):
                 keys.update(keys_in(str(part.get("Content") or "")))
-            known[tid] = RTWrite(str(ticket), tid, txn["Type"], frozenset(keys))
+            known[tid] = RTWrite(str(ticket), tid, txn["Type"], frozenset(keys), str(txn.get("Created") or ""))
         writes.append(known[tid])
     return writes
+
+
+def _when(created: str) -> str:
+    """RT's `Created` as an ISO time with its zone ("" when RT gave none)."""
+    try:
+        return dt.datetime.fromisoformat(created.replace("Z", "+00:00")).isoformat()
+    except ValueError:
+        return ""
+
+
+@dataclass(frozen=True)
+class _Deliveries:
+    rows: list
+
+    def deliveries(self, limit=None, **filters) -> list[dict]:
+        return self.rows
 
 
 @dataclass
@@ -104,6 +127,19 @@ class RTOracle:
             self._check(task_id, final, f"task {task_id} (end of run)", count=False)
         report.problems += final.problems
         report.duplicates += final.duplicates
+        report.duplicate_keys.update(final.duplicate_keys)
+        check_late_writes(task_ids, _Deliveries(self._deliveries(task_ids)), report, resolution=1.0)
+
+    def _deliveries(self, task_ids: list[int]) -> list[dict]:
+        """The round's writes in RT as the sandbox lists deliveries: one per key a write carries."""
+        found = []
+        for task_id in task_ids:
+            for ticket in self.tickets.get(task_id, []):
+                for write in rt_writes(self.server, ticket, self.seen):
+                    created = _when(write.created)
+                    found += [{"id": f"txn-{write.txn}", "key": key, "created_at": created}
+                              for key in sorted(write.keys) if created]
+        return found
 
     def _check(self, task_id: int, report: Report, where: str, *, count: bool) -> None:
         effects = {e.idempotency_key: e for e in Effect.objects.filter(owner_task=str(task_id), channel="helpdesk")}
@@ -128,6 +164,8 @@ class RTOracle:
                 self._problem(report, f"{where}: a write in RT with key {key[:12]} has no ledger row")
                 continue
             doubled = replies[key] > 1 or (n > 1 and effect.effect_class in ("once", "irreversible"))
+            if doubled:
+                report.duplicate_keys[key] = (effect.owner_task, n - 1)
             if doubled and self._problem(report, f"{where}: {effect.action} for item {effect.owner_item} is in RT "
                                                  f"{n} times ({replies[key]} replies)"):
                 report.duplicates += n - 1

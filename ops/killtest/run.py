@@ -13,10 +13,12 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import override_settings
 
+from ops.gateway import Gateway
 from ops.killtest.checks import SandboxOracle
 from ops.killtest.pool import WorkerPool
 from ops.killtest.report import Report
 from ops.killtest.rt import RTOracle
+from ops.killtest.slow import SLOW_FAULTS, WORKER_FAULTS, SlowFaults
 from ops.processes import Processes, database_url, start_sandbox
 from ops.rt_server import OTHER_QUEUE, start_rt_server, stop_rt_server
 from ops.samples import ticket_rows
@@ -26,17 +28,26 @@ from ticketagent.services import ServiceError
 from ticketagent.services.resume import task_resume
 from ticketagent.services.tasks import task_create
 
+# Short leases, so that rounds stay short; a worker calls out only while its
+# lease covers the whole call (the channel's timeouts + the margin), hence
+# short timeouts too. The gateway fault delivers a request 4 s after its 504:
+# the in-flight bound covers it.
 FAST_ENV = {
-    "LEASE_SECONDS": "2",
-    "HEARTBEAT_SECONDS": "0.4",
+    "LEASE_SECONDS": "4",
+    "HEARTBEAT_SECONDS": "0.5",
+    "LEASE_MARGIN_SECONDS": "0.5",
     "RECOVER_INTERVAL_SECONDS": "0.3",
     "REQUEUE_GRACE_SECONDS": "1.5",
-    "HELPDESK_CONNECT_TIMEOUT": "1",
-    "HELPDESK_READ_TIMEOUT": "2",
-    "EMAIL_TIMEOUT": "2",
+    "HELPDESK_CONNECT_TIMEOUT": "0.5",
+    "HELPDESK_READ_TIMEOUT": "1.5",
+    "HELPDESK_UPSTREAM_TIMEOUT": "6",
+    "EMAIL_TIMEOUT": "1",
     "OPENAI_API_KEY": "",
 }
+# Request Tracker answers slower, and an RT action is up to two requests.
+RT_ENV = {"LEASE_SECONDS": "8", "HELPDESK_CONNECT_TIMEOUT": "0.5", "HELPDESK_READ_TIMEOUT": "2.5"}
 CHANNELS = ("helpdesk", "email", "rt")
+FAULTS = ("redis", "postgres", *SLOW_FAULTS)
 
 
 def _inject_faults(kinds: set[str], rng: random.Random, report: Report, redis_conn) -> None:
@@ -62,22 +73,42 @@ class Harness:
     redis_conn: object
     timeout: float
     kill_every: tuple[float, float]
+    slow: SlowFaults | None = None
+    round_faults: tuple[str, ...] = ()  # the slow-worker faults, one per round in turn
 
 
-def _drive_round(task: Task, h: Harness) -> None:
+def _slow_fault(h: Harness, kind: str, now: float, next_slow: float, calm_after: float) -> float:
+    """Tend the round's slow-worker fault; when the next one may start."""
+    h.slow.tick()
+    if now >= calm_after:
+        h.slow.calm()
+        return next_slow
+    if h.slow.busy():
+        return now + 0.5  # the next one half a second after this one ends
+    if now >= next_slow:
+        h.slow.inject(kind)
+    return next_slow
+
+
+def _drive_round(task: Task, h: Harness, kind: str = "") -> None:
     """Kill, inject faults and play the operator until the task completes or
     the round's time is up (killing stops after a third of it, so the round
-    can settle)."""
+    can settle). `kind`: the round's slow-worker fault, if any."""
     deadline = time.monotonic() + h.timeout
     next_kill = time.monotonic() + h.rng.uniform(*h.kill_every)
     next_fault = time.monotonic() + h.rng.uniform(1.0, 3.0)
+    next_slow = time.monotonic() + h.rng.uniform(0.2, 1.0)
     calm_after = time.monotonic() + h.timeout / 3
+    if h.slow is not None:
+        h.slow.round_started(kind)
     while time.monotonic() < deadline:
         now = time.monotonic()
+        if h.slow is not None:
+            next_slow = _slow_fault(h, kind, now, next_slow, calm_after)
         if now < calm_after and now >= next_kill:
             h.pool.kill_random()
             next_kill = now + h.rng.uniform(*h.kill_every)
-        if h.faults and now < calm_after and now >= next_fault:
+        if h.faults & {"redis", "postgres"} and now < calm_after and now >= next_fault:
             try:
                 _inject_faults(h.faults, h.rng, h.report, h.redis_conn)
             except Exception as exc:  # noqa: BLE001 - a fault that fails to inject is not a finding
@@ -116,8 +147,12 @@ def _run_rounds(h: Harness, *, rounds: int, items: int, seed: int, channel: str,
         task = task_create(rows=rows, name=f"kill test round {round_no} (seed {seed})", allow_auto_close=True,
                            notify_channel="email" if channel == "email" else "helpdesk",
                            failure_threshold=items + 1)
-        _drive_round(task, h)
-        # let in-flight work settle before counting
+        kind = h.round_faults[(round_no - 1) % len(h.round_faults)] if h.round_faults else ""
+        if kind:
+            h.report.round_faults[task.pk] = kind
+        _drive_round(task, h, kind)
+        # let in-flight work settle before counting: a slow worker wakes up and what it sends lands
+        _settle_slow(h)
         time.sleep(0.5)
         task.refresh_from_db()
         task_ids.append(task.pk)
@@ -128,6 +163,21 @@ def _run_rounds(h: Harness, *, rounds: int, items: int, seed: int, channel: str,
         out.flush()
     time.sleep(2)  # anything still in flight lands before the last look
     h.oracle.check_run(task_ids, h.report)
+
+
+def _settle_slow(h: Harness) -> None:
+    """A slow worker still paused, stalled or cut wakes up before the round is checked, and what it sends then
+    lands (one round's fault does not run on into the next)."""
+    if h.slow is None or not h.slow.busy():
+        return
+    h.slow.calm()
+    waited = time.monotonic()
+    while h.slow.busy() and time.monotonic() - waited < h.slow.seconds + 5:
+        h.slow.tick()
+        h.pool.restart_dead()
+        time.sleep(0.2)
+    h.slow.finish()
+    time.sleep(float(FAST_ENV["HELPDESK_CONNECT_TIMEOUT"]) + float(FAST_ENV["HELPDESK_READ_TIMEOUT"]) + 1)
 
 
 def child_env(helpdesk: dict) -> dict:
@@ -145,7 +195,8 @@ def _start_sandbox(procs: Processes, stack: ExitStack, sandbox_keys: str,
     helpdesk = {"HELPDESK_KIND": "rest", "HELPDESK_URL": sandbox.url, "EMAIL_HOST": "127.0.0.1",
                 "EMAIL_PORT": str(sandbox.smtp_port), "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend"}
     stack.enter_context(override_settings(HELPDESK_KIND="rest", HELPDESK_URL=sandbox.url,
-                                          EMAIL_PORT=sandbox.smtp_port))
+                                          EMAIL_PORT=sandbox.smtp_port,
+                                          HELPDESK_UPSTREAM_TIMEOUT=float(FAST_ENV["HELPDESK_UPSTREAM_TIMEOUT"])))
     return SandboxOracle(client), helpdesk
 
 
@@ -154,47 +205,75 @@ def _start_rt(stack: ExitStack) -> tuple[RTOracle, dict]:
     server = start_rt_server()
     stack.callback(stop_rt_server, server)
     helpdesk = {"HELPDESK_KIND": "rt", "HELPDESK_URL": server.base_url, "HELPDESK_USER": server.user,
-                "HELPDESK_PASSWORD": server.password, "RT_ESCALATION_QUEUE": OTHER_QUEUE}
+                "HELPDESK_PASSWORD": server.password, "RT_ESCALATION_QUEUE": OTHER_QUEUE, **RT_ENV}
     stack.enter_context(override_settings(
         HELPDESK_KIND="rt", HELPDESK_URL=server.base_url, HELPDESK_USER=server.user,
         HELPDESK_PASSWORD=server.password, RT_ESCALATION_QUEUE=OTHER_QUEUE,
-        HELPDESK_CONNECT_TIMEOUT=float(FAST_ENV["HELPDESK_CONNECT_TIMEOUT"]),
-        HELPDESK_READ_TIMEOUT=float(FAST_ENV["HELPDESK_READ_TIMEOUT"])))
+        HELPDESK_CONNECT_TIMEOUT=float(RT_ENV["HELPDESK_CONNECT_TIMEOUT"]),
+        HELPDESK_READ_TIMEOUT=float(RT_ENV["HELPDESK_READ_TIMEOUT"]),
+        HELPDESK_UPSTREAM_TIMEOUT=float(FAST_ENV["HELPDESK_UPSTREAM_TIMEOUT"])))
     return RTOracle(server), helpdesk
+
+
+def _start_gateway(stack: ExitStack, helpdesk: dict, seed: int) -> Gateway:
+    """The workers' and the sweep's helpdesk behind ops/gateway.py (the harness itself asks it directly)."""
+    gateway = Gateway(helpdesk["HELPDESK_URL"], write_share=0.0, seed=seed)
+    helpdesk["HELPDESK_URL"] = gateway.start()
+    stack.callback(gateway.close, wait=False)
+    return gateway
 
 
 def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_keys: str = "honor",
                  channel: str = "helpdesk", faults: set[str] | None = None, crash_probability: float = 0.1,
                  round_timeout: float = 120.0, kill_every: tuple[float, float] = (0.5, 2.0),
                  worker_command: list[str] | None = None, helpdesk_faults: dict | None = None,
-                 out=sys.stdout) -> Report:
+                 fault_seconds: float = 12.0, gateway_share: float = 0.15, out=sys.stdout) -> Report:
     """Run the kill test. `channel`: helpdesk (the sandbox's REST API), email
     (SMTP, no look-up) or rt (a private Request Tracker: the helpdesk and the
     oracle). `worker_command` starts one worker (default: `manage.py worker`);
     the self-test passes one with a broken gate. `helpdesk_faults`: the
     sandbox's own faults for the whole run (latency_ms, error_rate, drop_rate,
-    as `POST /_sandbox/faults` takes them)."""
+    as `POST /_sandbox/faults` takes them). `faults`: any of FAULTS; the
+    slow-worker ones (ops/killtest/slow.py) take one round each in turn and
+    last `fault_seconds` (more than the lease, LEASE_SECONDS here);
+    `gateway_share`: the share of writes the gateway answers 504."""
     import redis
 
     if channel not in CHANNELS:
         raise ValueError(f"channel {channel!r} is not one of {', '.join(CHANNELS)}")
+    faults = set(faults or ())
+    if faults - set(FAULTS):
+        raise ValueError(f"faults {', '.join(sorted(faults - set(FAULTS)))}: not among {', '.join(FAULTS)}")
+    lease = float(RT_ENV["LEASE_SECONDS"] if channel == "rt" else FAST_ENV["LEASE_SECONDS"])
+    if faults & set(SLOW_FAULTS) and fault_seconds <= lease:
+        raise ValueError(f"fault_seconds {fault_seconds} must outlast the lease ({lease:g} s)")
     rng = random.Random(seed)
     report = Report(helpdesk_faults=", ".join(f"{k} {v}" for k, v in sorted((helpdesk_faults or {}).items())))
     started = time.monotonic()
     procs = Processes(log_dir=Path(tempfile.mkdtemp(prefix="killtest-")))
     pool = WorkerPool(procs, workers=workers, rng=rng, crash_probability=crash_probability,
-                      worker_command=worker_command or [sys.executable, "manage.py", "worker"])
+                      worker_command=worker_command or [sys.executable, "manage.py", "worker"],
+                      proxied=bool(faults & set(WORKER_FAULTS)))
+    round_faults = tuple(f for f in SLOW_FAULTS if f in faults)
     with ExitStack() as stack:  # on the way out: the workers first, then the helpdesk
         if channel == "rt":
             oracle, helpdesk = _start_rt(stack)
         stack.callback(procs.stop)
+        stack.callback(pool.close)
         if channel != "rt":
             oracle, helpdesk = _start_sandbox(procs, stack, sandbox_keys, helpdesk_faults)
+        gateway = _start_gateway(stack, helpdesk, seed) if "gateway" in faults else None
         procs.env = child_env(helpdesk)
+        slow = SlowFaults(pool, report, seconds=fault_seconds, gateway=gateway,
+                          gateway_share=gateway_share) if round_faults else None
+        if slow is not None:
+            stack.callback(slow.finish)
         pool.start()
-        harness = Harness(pool, oracle, rng, report, faults or set(), redis.Redis.from_url(settings.REDIS_URL),
-                          round_timeout, kill_every)
+        harness = Harness(pool, oracle, rng, report, faults, redis.Redis.from_url(settings.REDIS_URL),
+                          round_timeout, kill_every, slow, round_faults)
         _run_rounds(harness, rounds=rounds, items=items, seed=seed, channel=channel, out=out)
+        if gateway is not None:
+            report.faults.update({f"gateway {k}": v for k, v in gateway.counts.items() if k != "passed"})
     report.kills = pool.crash_counts()
     report.kills["wall-clock"] = pool.wall_kills
     report.worker_starts = pool.modes

@@ -2,6 +2,8 @@
 that the harness detects a broken protocol (tests/killtest/broken_worker.py
 puts one in a worker). Never wired into the product."""
 
+from django.db import IntegrityError
+from django.db.models import F
 from django.utils import timezone
 
 from ledger.actions import action_spec
@@ -9,7 +11,7 @@ from ledger.channels.registry import get_channel
 from ledger.faults import crash_point
 from ledger.gate import GateResult
 from ledger.keys import idempotency_key, payload_hash, slot_for, summarize
-from ledger.models import Effect, EffectState
+from ledger.models import Effect, EffectState, EffectTransition
 
 
 def _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, lease_token, state, ref=""):
@@ -63,4 +65,53 @@ def commit_before_call(*, action, payload, owner_task, owner_item, owner_step, l
     return GateResult(effect=effect, state=effect.state, called=True)
 
 
-GATES = {"no-intent": no_intent, "commit-before-call": commit_before_call}
+def _transition(effect: Effect, from_state: str, event: str, actor: str) -> None:
+    EffectTransition.objects.create(effect=effect, event=event, from_state=from_state, to_state=effect.state,
+                                    actor=actor)
+
+
+def unchecked_lease(*, action, payload, owner_task, owner_item, owner_step, lease_token, fence=None,
+                    authorized_by="", channel=None):
+    """Intent, call, outcome in the right order, each phase one statement in
+    autocommit, and never a look at the lease: a worker that wakes from a
+    pause after its intent committed calls anyway, though another worker
+    has taken the item over and, after a look-up said "not found", made the
+    call again."""
+    spec, p_hash, key, slot = _prepare(action, payload, owner_task, owner_item, owner_step)
+    existing = Effect.objects.filter(idempotency_key=key).first()
+    if existing is not None and existing.state != EffectState.FAILED:
+        return GateResult(effect=existing, state=existing.state, blocked="duplicate")
+    crash_point("before_intent")
+    if existing is None:
+        try:
+            effect = Effect.objects.create(
+                idempotency_key=key, slot=slot, action=spec.name, effect_class=spec.effect_class,
+                channel=spec.channel, owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
+                lease_token=lease_token, payload=payload, payload_hash=p_hash, payload_summary=summarize(payload),
+                intent_at=timezone.now())
+        except IntegrityError:
+            taken = Effect.objects.filter(idempotency_key=key).first() or Effect.objects.get(slot=slot)
+            return GateResult(effect=taken, state=taken.state, blocked="duplicate")
+        _transition(effect, "", "EFFECT_INTENT", lease_token)
+    else:
+        Effect.objects.filter(pk=existing.pk).update(state=EffectState.INTENT, attempts=F("attempts") + 1,
+                                                     lease_token=lease_token, intent_at=timezone.now())
+        effect = Effect.objects.get(pk=existing.pk)
+        _transition(effect, EffectState.FAILED, "EFFECT_RETRY", lease_token)
+    crash_point("after_intent")
+    result = (channel or get_channel(spec.channel)).perform(spec, payload, key)
+    crash_point("after_call")
+    state = result.state if result.state in (EffectState.COMMITTED, EffectState.FAILED) else EffectState.UNKNOWN
+    Effect.objects.filter(pk=effect.pk, attempts=effect.attempts, state=EffectState.INTENT).update(
+        state=state, external_ref=result.external_ref or "", outcome_at=timezone.now(), answered=result.answered,
+        last_error=result.error or "")
+    effect.refresh_from_db()
+    if effect.state == state:
+        _transition(effect, EffectState.INTENT, "EFFECT_COMMITTED" if state == EffectState.COMMITTED
+                    else "EFFECT_OUTCOME", lease_token)
+    crash_point("after_commit")
+    return GateResult(effect=effect, state=effect.state, called=True)
+
+
+MISORDERED = {"no-intent": no_intent, "commit-before-call": commit_before_call}  # caught by SIGKILLs alone
+GATES = {**MISORDERED, "unchecked-lease": unchecked_lease}  # caught only when a worker wakes up late

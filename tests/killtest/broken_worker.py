@@ -1,6 +1,6 @@
 """A worker with a deliberately wrong gate, for the kill test's self-test.
 
-    python -m tests.killtest.broken_worker no-intent|commit-before-call
+    python -m tests.killtest.broken_worker no-intent|commit-before-call|unchecked-lease
 
 The same as `manage.py worker`, with the pipeline's gate (`intent_record`,
 `effect_call`, no chained intents) swapped for one of the gates in
@@ -15,7 +15,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.killtest.broken_worker")
-    parser.add_argument("gate", choices=["no-intent", "commit-before-call"])
+    parser.add_argument("gate", choices=["no-intent", "commit-before-call", "unchecked-lease"])
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ticketagent.settings")
     import django
@@ -36,6 +36,8 @@ def main(argv: list[str]) -> int:
     # point, phase 1 left to the broken gate, the call and its record too
     steps.chain_intent = run.chain_intent = lambda *args, **kwargs: None
     steps.intent_record = lambda intent, fence=None: (None, "")
+    if args.gate == "unchecked-lease":  # its phase 1 too: the intent row is the broken gate's own
+        steps.intent_commit = lambda intent, fence=None: (None, "")
     steps.effect_call = broken_call
     call_command("worker")
     return 0

@@ -111,6 +111,19 @@ class TestStall:
         _, proxy, _ = pg
         with pytest.raises(ValueError, match="pattern is empty"):
             proxy.stall_next(b"", 1)
+        with pytest.raises(ValueError, match="pattern is empty"):
+            proxy.stall_next((b"INSERT", b""), 1)
+
+    def test_a_tuple_of_patterns_aims_at_the_chunk_that_holds_them_all(self, pg):
+        direct, proxy, connect = pg
+        client = connect()
+        proxy.stall_next((b"INSERT INTO faultproxy_probe", b"second"), STALL)
+        started = time.monotonic()
+        client.execute("INSERT INTO faultproxy_probe VALUES ('first')")
+        assert proxy.counts["aimed stall"] == 0  # the first insert does not hold "second"
+        client.execute("INSERT INTO faultproxy_probe VALUES ('second')")
+        assert time.monotonic() - started >= STALL and proxy.counts["aimed stall"] == 1
+        client.close()
 
 
 class TestDrop:

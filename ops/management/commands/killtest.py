@@ -5,7 +5,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ops.killtest.run import run_killtest
+from ops.killtest.run import FAST_ENV, FAULTS, run_killtest
 
 
 class Command(BaseCommand):
@@ -28,7 +28,17 @@ class Command(BaseCommand):
                                  "(ops/rt_server.py) that is the helpdesk and whose own ticket histories are "
                                  "counted (default: %(default)s)")
         parser.add_argument("--faults", default="", help="comma list: redis (FLUSHDB of the queue database), "
-                            "postgres (pg_terminate_backend) (default: none)")
+                            "postgres (pg_terminate_backend), and the slow-worker faults, one round each in turn "
+                            "(docs/reliability.md): pause (SIGSTOP a worker, SIGCONT later), pause-aimed (SIGSTOP "
+                            "it as it sends the statement that commits an intent), stall (hold its database's "
+                            "answers), stall-aimed (from that statement on), drop (cut its database link "
+                            "silently, then heal), gateway (the helpdesk behind a gateway that answers 504 to a "
+                            "share of writes and delivers them 4 s later) (default: none)")
+        parser.add_argument("--fault-seconds", type=float, default=12.0,
+                            help="how long a pause, stall or drop lasts; more than the lease "
+                                 f"(LEASE_SECONDS={FAST_ENV['LEASE_SECONDS']} s here) (default: %(default)s)")
+        parser.add_argument("--gateway-share", type=float, default=0.15,
+                            help="share of writes the gateway answers 504 in its rounds (default: %(default)s)")
         parser.add_argument("--latency-ms", type=int, default=0,
                             help="the sandbox waits this long before each write (past HELPDESK_READ_TIMEOUT, 2 s "
                                  "here, a write times out and lands late) (default: %(default)s)")
@@ -49,9 +59,14 @@ class Command(BaseCommand):
             if opts[name] < 1:
                 raise CommandError(f"--{name} must be at least 1")
         faults = {f.strip() for f in opts["faults"].split(",") if f.strip()}
-        unknown = faults - {"redis", "postgres"}
+        unknown = faults - set(FAULTS)
         if unknown:
-            raise CommandError(f"--faults: unknown fault(s) {', '.join(sorted(unknown))}; use redis, postgres")
+            raise CommandError(f"--faults: unknown fault(s) {', '.join(sorted(unknown))}; use {', '.join(FAULTS)}")
+        if opts["fault_seconds"] <= float(FAST_ENV["LEASE_SECONDS"]):
+            raise CommandError(f"--fault-seconds {opts['fault_seconds']} must outlast the lease "
+                               f"(LEASE_SECONDS={FAST_ENV['LEASE_SECONDS']} s)")
+        if not 0.0 <= opts["gateway_share"] <= 1.0:
+            raise CommandError(f"--gateway-share {opts['gateway_share']} must be between 0 and 1")
         helpdesk_faults = {k: v for k, v in (("latency_ms", opts["latency_ms"]),
                                              ("error_rate", {"*": opts["error_rate"]} if opts["error_rate"] else 0),
                                              ("drop_rate", {"*": opts["drop_rate"]} if opts["drop_rate"] else 0)) if v}
@@ -69,7 +84,8 @@ class Command(BaseCommand):
         report = run_killtest(rounds=opts["rounds"], items=opts["items"], workers=opts["workers"], seed=seed,
                               sandbox_keys=opts["sandbox_keys"] or "honor", channel=opts["channel"], faults=faults,
                               crash_probability=opts["crash_probability"], round_timeout=opts["round_timeout"],
-                              helpdesk_faults=helpdesk_faults, out=self.stdout)
+                              helpdesk_faults=helpdesk_faults, fault_seconds=opts["fault_seconds"],
+                              gateway_share=opts["gateway_share"], out=self.stdout)
         self.stdout.write(report.table())
         for problem in report.problems[:50]:
             self.stdout.write(f"  problem: {problem}")
