@@ -97,9 +97,10 @@ def _drive_round(task: Task, h: Harness, kind: str = "") -> None:
     deadline = time.monotonic() + h.timeout
     next_kill = time.monotonic() + h.rng.uniform(*h.kill_every)
     next_fault = time.monotonic() + h.rng.uniform(1.0, 3.0)
-    next_slow = time.monotonic() + h.rng.uniform(0.2, 1.0)
     calm_after = time.monotonic() + h.timeout / 3
-    if h.slow is not None:
+    next_slow = 0.0
+    if h.slow is not None:  # (no draw without it: a seed's run without slow faults stays what it was)
+        next_slow = time.monotonic() + h.rng.uniform(0.2, 1.0)
         h.slow.round_started(kind)
     while time.monotonic() < deadline:
         now = time.monotonic()
