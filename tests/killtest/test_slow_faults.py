@@ -131,3 +131,15 @@ def test_unknown_faults_and_a_fault_shorter_than_the_lease_are_refused():
         call_command("killtest", "--faults", "pause", "--fault-seconds", "1")
     with pytest.raises(CommandError, match="between 0 and 1"):
         call_command("killtest", "--faults", "gateway", "--gateway-share", "2")
+
+
+@pytest.mark.slow
+def test_a_short_run_with_the_aimed_faults_and_the_gateway_passes_on_the_product(queue):
+    """The same faults against the product's own workers: a worker paused or
+    stalled at its intent's statement wakes up and calls nothing, a gateway's
+    late delivery is found before a retry; the receiver ignores keys."""
+    report = run_killtest(rounds=3, items=4, workers=3, seed=11, sandbox_keys="ignore",
+                          faults={"pause-aimed", "stall-aimed", "gateway"}, fault_seconds=8, round_timeout=240,
+                          out=io.StringIO())
+    assert report.ok, report.table()
+    assert report.duplicates == 0 and report.landed_after_not_found == 0, report.table()
