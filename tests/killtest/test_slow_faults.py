@@ -108,12 +108,15 @@ def test_the_harness_finds_the_double_call_of_a_worker_that_calls_without_checki
     """A worker paused at the statement that commits an intent wakes up after
     the sweep took its item over and a look-up said "not found"; if it calls
     without checking its lease, the receiver that ignores keys gets the
-    effect twice, and the harness must say so, under that round's fault."""
+    effect twice, and the harness must say so, under that round's fault. (The
+    pause outlasts the settle time -- the lease, the longest call, the
+    in-flight bound and the margin: a worker that calls sooner has its late
+    write found by the look-up, unchecked or not.)"""
     worker = [sys.executable, "-m", "tests.killtest.broken_worker", "unchecked-lease"]
     tables = []
     for seed in (1, 2, 3):  # the aim may hit a draft (overwrite: no duplicate by design): up to three tries
         report = run_killtest(rounds=1, items=6, workers=2, seed=seed, sandbox_keys="ignore", crash_probability=0.0,
-                              kill_every=(1e6, 1e6), round_timeout=40, faults={"pause-aimed"}, fault_seconds=10,
+                              kill_every=(1e6, 1e6), round_timeout=90, faults={"pause-aimed"}, fault_seconds=25,
                               worker_command=worker, out=io.StringIO())
         tables.append(report.table())
         if report.duplicates:
