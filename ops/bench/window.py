@@ -66,7 +66,7 @@ def measure(url: str, calls: int, *, busy_threads: int = 1) -> list[float]:
 
 
 def run(bench: Bench) -> None:
-    calls = 10000 if bench.sizes.name == "full" else 2000
+    calls = {"full": 10000, "tiny": 200}.get(bench.sizes.name, 2000)
     bench.log(f"== 12 the remaining window: {calls} calls to the sandbox, last lease check -> bytes leave")
     url, _ = bench.procs.start_sandbox(name="sandbox-window")
     windows = measure(url, calls)

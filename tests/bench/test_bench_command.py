@@ -70,8 +70,8 @@ def test_the_doc_keeps_its_prose_and_replaces_the_table(tmp_path):
 
 @pytest.mark.slow
 def test_peer_and_queue_sections_run_and_leave_nothing_behind(settings, tmp_path, sandbox, queue):
-    """The sections of the DBOS peer, writes per item, upload, fair queues and
-    unknowns, with tiny sizes: their rows come out, nothing keeps running,
+    """The sections of the DBOS peer, writes per item, upload, fair queues,
+    unknowns and the remaining window, with tiny sizes: their rows come out, nothing keeps running,
     and the databases carry no statement logging afterwards."""
     import psutil
     import psycopg
@@ -84,7 +84,7 @@ def test_peer_and_queue_sections_run_and_leave_nothing_behind(settings, tmp_path
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     out = io.StringIO()
     try:
-        call_command("bench", "--in-place", "--sizes", "tiny", "--only", "peer,writes,upload,fairness,unknowns",
+        call_command("bench", "--in-place", "--sizes", "tiny", "--only", "peer,writes,upload,fairness,unknowns,window",
                      "--no-write", stdout=out)
     finally:
         with admin_connection(database_url()) as admin:
@@ -96,7 +96,8 @@ def test_peer_and_queue_sections_run_and_leave_nothing_behind(settings, tmp_path
     text = out.getvalue()
     for figure in ("on DBOS Transact", "transactions per item, ours", "upload of 200 tickets",
                    "Redis round trips", "its first item starts after", "jobs still in Redis",
-                   "unknown → settled, answered", "effects delivered twice, ours vs DBOS"):
+                   "unknown → settled, answered", "effects delivered twice, ours vs DBOS",
+                   "Last lease check → request leaves"):
         assert figure in text, text
     assert settings_left == 0
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
