@@ -2,7 +2,7 @@
 
 A sandbox of its own, started with `--ignore-keys` (every request that gets
 through is recorded, whatever its key) and faults on every write endpoint:
-`error_rate` 10% (503 before anything is recorded: an answered call) and
+`error_rate` 10% (503 before anything is recorded: since a 5xx proves nothing, an unanswered call) and
 `drop_rate` 10% (recorded, then the connection reset before any answer: an
 unanswered call). The same tickets go through ours (W workers and the
 recovery sweep, which reconciles) and through the DBOS peer (W workers,
@@ -42,7 +42,8 @@ from ticketagent.services.tasks import task_create
 if TYPE_CHECKING:
     from ops.bench.runner import Bench
 
-ANSWERED = re.compile(r"answered \d{3}\b")
+# an answer that proves the request was handled: not a 5xx (a gateway's 502/503/504 proves nothing)
+ANSWERED = re.compile(r"answered [1-4]\d\d\b")
 OPEN = (ItemStatus.QUEUED, ItemStatus.RUNNING, ItemStatus.WAITING_REVIEW)
 
 
@@ -145,12 +146,13 @@ def _record(bench: Bench, raw: dict) -> None:
         waits = [e["settled"] - e["unknown"] for e in group]
         p50, p95 = percentile(waits, 50), percentile(waits, 95)
         if answered:
-            bench.results.add("10", f"unknown → settled, answered calls (503) — {len(group)} episodes",
+            bench.results.add("10", "unknown → settled, answered calls (no 5xx: it proves nothing) — "
+                              f"{len(group)} episodes",
                               f"p50 {p50:.1f} s, p95 **{p95:.1f} s**", "p95 ≤ 2 s", bool(group) and p95 <= 2)
         else:
             since_intent = [e["settled"] - e["intent"] for e in group if e["intent"] is not None]
             earliest = min(since_intent, default=float("nan"))
-            bench.results.add("10", f"unknown → settled, unanswered calls (dropped before any answer) — "
+            bench.results.add("10", f"unknown → settled, unanswered calls (dropped before any answer, 503s) — "
                               f"{len(group)} episodes",
                               f"p50 {p50:.1f} s, p95 {p95:.1f} s; earliest **{earliest:.1f} s** after its intent",
                               f"≥ in-flight bound {bound:g} s after the intent",
