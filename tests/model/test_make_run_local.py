@@ -39,7 +39,9 @@ def test_make_run_serves_the_local_model_and_ctrl_c_stops_it(tmp_path):
         line = re.search(r"model +local model: SmolLM2-135M at (http://127\.0\.0\.1:(\d+)/v1)", text)
         assert line, text[-3000:]
         assert f"OPENAI_BASE_URL={line.group(1)} OPENAI_API_KEY=local OPENAI_MODEL=SmolLM2-135M" in text
-        assert re.search(r"export REDIS_URL=redis://127\.0\.0\.1:\d+/0", text), "the second shell's line"
+        # the second shell's line: the private PostgreSQL (its socket) and Redis
+        assert re.search(r"export DATABASE_URL=postgres://\S+ REDIS_URL=redis://127\.0\.0\.1:\d+/0", text), \
+            "the second shell's line"
         with urllib.request.urlopen(f"http://127.0.0.1:{line.group(2)}/health", timeout=5) as health:
             assert health.status == 200
         servers = [p for p in psutil.Process(run.pid).children(recursive=True) if p.name() == "llama-server"]
