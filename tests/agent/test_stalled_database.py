@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection
 
 from ledger.models import Effect, EffectState
 from ops.faultproxy import FaultProxy
@@ -41,6 +41,21 @@ def via(proxy: FaultProxy) -> str:
     db = connection.settings_dict
     auth = quote(db["USER"] or "postgres") + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
     return f"postgres://{auth}@127.0.0.1:{proxy.port}/{quote(db['NAME'])}"
+
+
+def idle_in_transaction_holding(row) -> bool:
+    """A session other than ours, idle in transaction, holding the lock of `row` (a model instance)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                       "state = 'idle in transaction' AND pid <> pg_backend_pid()")
+        if not cursor.fetchone()[0]:
+            return False
+        try:
+            cursor.execute(f'SELECT 1 FROM "{row._meta.db_table}" WHERE id = %s FOR NO KEY UPDATE NOWAIT',
+                           [row.pk])
+        except OperationalError:
+            return True  # locked by the cut worker's open transaction
+    return False
 
 
 def delivered_once(task: Task, sandbox) -> dict:
@@ -87,20 +102,21 @@ def test_a_worker_whose_answers_stall_past_its_lease_makes_no_call(workers, sand
              message="the task to finish without the stalled worker")
     assert Event.objects.filter(item=item, type=EventType.RECOVERED).exists()
     wait_for(lambda: time.monotonic() > matched[0] + stall + 3, timeout=stall + 10, message="the stall to end")
+    time.sleep(2)  # a call it made on waking would have landed by now
+    delivered_once(task, sandbox)
     woke = ("nothing more called or written", "server closed the connection", "idle-in-transaction timeout")
     try:
         wait_for(lambda: any(line in victim.log_path.read_text() for line in woke), timeout=15,
                  message="the stalled worker to wake up and stop")
     except AssertionError:
         raise AssertionError(victim.log_path.read_text()[-4000:]) from None
-    delivered_once(task, sandbox)
 
 
 def test_a_worker_cut_off_mid_transaction_freezes_nothing(workers, sandbox, proxy, redis_conn):
-    """A silent cut while the worker holds its item's row lock in an open
-    transaction (the decision's phase: the item locked, the chained intent
-    inserted, COMMIT not sent): its session is left idle in transaction on
-    the server, its client waits on a half-open socket. The item runs again
+    """A silent cut while the worker holds its task's row lock in an open
+    transaction (its last effect's outcome: the task locked, then the item,
+    COMMIT not sent): its session is left idle in transaction on the server,
+    its client waits on a half-open socket. The item runs again
     within lease time + 5 s while the connection is still half-open;
     meanwhile the sweep goes on with another task, whose worker was killed,
     and that task finishes too."""
@@ -116,11 +132,23 @@ def test_a_worker_cut_off_mid_transaction_freezes_nothing(workers, sandbox, prox
     def cut_soon():  # once the statement has reached the server and run, its answer held
         threading.Timer(0.3, lambda: (proxy.drop(), cut.append(time.monotonic()))).start()
 
-    proxy.stall_next(INTENT_STATEMENT, 600, on_match=cut_soon)
     lost_task = make_task(1, prefix="LOST")
     lost_item = lost_task.items.get()
     workers.start(1, extra_env={"DATABASE_URL": via(proxy)})
+    wait_for(lambda: Item.objects.get(pk=lost_item.pk).status == ItemStatus.RUNNING, timeout=60,
+             message="the worker to lease its item")
+    # its next lock of the task row: the transaction of its last effect's outcome (the task, then the item)
+    proxy.stall_next((b'SELECT "ticketagent_task"."id", ', b"FOR NO KEY UPDATE"), 600, on_match=cut_soon)
     wait_for(lambda: cut, timeout=60, message="the cut")
+    # the premise: its session is left idle in a transaction that holds the task's row lock
+    try:
+        wait_for(lambda: idle_in_transaction_holding(lost_task), timeout=3, interval=0.1,
+                 message="the cut worker's session to sit idle in transaction, holding the task's lock")
+    except AssertionError:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid, state, left(query, 120) FROM pg_stat_activity WHERE datname = "
+                           "current_database()")
+            raise AssertionError(cursor.fetchall()) from None
     assert Item.objects.get(pk=lost_item.pk).status == ItemStatus.RUNNING
     started = Event.objects.filter(item=lost_item, type=EventType.ITEM_STARTED).count()
     other_task = make_task(1, prefix="OTHER")  # its worker dies holding the lease: only the sweep moves it on
