@@ -114,10 +114,6 @@ class Heartbeat(threading.Thread):
         self.lease = lease
         self.stopped = threading.Event()
 
-    @property
-    def lost(self) -> bool:
-        return self.lease.lost
-
     def run(self):
         try:
             while not self.stopped.wait(settings.HEARTBEAT_SECONDS):

@@ -162,9 +162,7 @@ def run_effect_step(step, run: ItemRun, task: Task):
     deadline = None if blocked else _lease_for_call(run, step, intent, effect)
     result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence, fold=fold, deadline=deadline)
     if result.blocked == "expired":
-        item_hand_back(run, why=f"{step}: the lease was not known valid when the request was to leave",
-                       unsent=effect)
-        raise LeaseLost(f"item {run.item.pk}: handed back at {step}, nothing sent")
+        raise _handed_back(run, step, "the lease was not known valid when the request was to leave", effect)
     if result.blocked == "fenced":
         raise LeaseLost(f"item {run.item.pk}: fenced while calling {step}")
     if result.answers is not None:
@@ -184,8 +182,13 @@ def _lease_for_call(run: ItemRun, step: str, intent: Intent, effect: Effect) -> 
     try:
         return run.lease.ensure(get_channel(intent.spec.channel).max_call_seconds)
     except LeaseInDoubt as exc:
-        item_hand_back(run, why=f"{step}: {exc}", unsent=effect)
-        raise LeaseLost(f"item {run.item.pk}: handed back at {step}, nothing sent") from exc
+        raise _handed_back(run, step, str(exc), effect) from exc
+
+
+def _handed_back(run: ItemRun, step: str, why: str, effect: Effect) -> LeaseLost:
+    """Hand the item back with `effect` not sent; the `LeaseLost` that stops this worker."""
+    item_hand_back(run, why=f"{step}: {why}", unsent=effect)
+    return LeaseLost(f"item {run.item.pk}: handed back at {step}, nothing sent")
 
 
 def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None,
