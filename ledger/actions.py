@@ -1,12 +1,16 @@
-"""The effect-class table: every action an agent can take on the world.
+"""What an action is to the ledger: its name, its effect class and its channel.
 
-Data, not code paths: each action names its effect class and its channel;
-each channel's adapter (`ledger.channels`) maps the action to its own API.
-`once` and `irreversible` actions get a slot; the dashboard renders this
-table so operators can see what is guarded how.
+The owner of the effects registers its table of actions (the setting
+LEDGER_ACTIONS); each channel's adapter maps an action to its own API.
+`once` and `irreversible` actions get a slot.
 """
 
+import functools
 from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
 from ledger.models import EffectClass
 
@@ -28,39 +32,24 @@ class ActionSpec:
         return self.effect_class == EffectClass.IRREVERSIBLE
 
 
-ACTIONS: dict[str, ActionSpec] = {
-    spec.name: spec
-    for spec in (
-        ActionSpec(
-            "save_draft", EffectClass.OVERWRITE, "helpdesk",
-            "Save the drafted reply on the ticket (same content may be written again).",
-        ),
-        ActionSpec(
-            "notify_customer", EffectClass.ONCE, "helpdesk",
-            "Send the reply to the customer through the helpdesk.",
-        ),
-        ActionSpec(
-            "notify_customer_email", EffectClass.ONCE, "email",
-            "Send the reply to the customer by email (SMTP).",
-        ),
-        ActionSpec(
-            "set_status", EffectClass.ONCE, "helpdesk",
-            "Change the ticket's status in the helpdesk.",
-        ),
-        ActionSpec(
-            "escalate", EffectClass.ONCE, "helpdesk",
-            "Hand the ticket to a human team.",
-        ),
-        ActionSpec(
-            "close_ticket", EffectClass.IRREVERSIBLE, "helpdesk",
-            "Close the ticket (needs 'allow automatic close' or an operator's approval).",
-        ),
-    )
-}
+def registered_actions() -> dict[str, ActionSpec]:
+    """The owner's action table, named by the setting LEDGER_ACTIONS (a dotted path to a dict of `ActionSpec`
+    by name), as Django's mail backend is named by EMAIL_BACKEND: the ledger knows no action of its own."""
+    return _table(settings.LEDGER_ACTIONS)
+
+
+@functools.cache
+def _table(path: str) -> dict[str, ActionSpec]:
+    table = import_string(path)
+    for name, spec in table.items():
+        if not isinstance(spec, ActionSpec) or spec.name != name:
+            raise ImproperlyConfigured(f"LEDGER_ACTIONS ({path}): {name!r} is not an ActionSpec of that name")
+    return table
 
 
 def action_spec(name: str) -> ActionSpec:
+    actions = registered_actions()
     try:
-        return ACTIONS[name]
+        return actions[name]
     except KeyError:
-        raise ValueError(f"unknown action {name!r}; known: {', '.join(sorted(ACTIONS))}") from None
+        raise ValueError(f"unknown action {name!r}; known: {', '.join(sorted(actions))}") from None

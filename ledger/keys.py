@@ -26,15 +26,8 @@ def slot_for(*, owner_task: str, owner_item: str, owner_step: str, action: str) 
 
 
 def summarize(payload: dict) -> str:
-    body = payload.get("body", payload)
-    if isinstance(body, dict):
-        parts = [f"{k}={str(v)[:60]}" for k, v in body.items() if k != "body"]
-        if "body" in body:
-            parts.append(f"body={str(body['body'])[:80]!r}")
-        text = f"ticket {payload.get('ticket', '?')}: " + ", ".join(parts)
-    else:
-        text = str(body)
-    return text[:300]
+    """A payload in one line for people (an owner may give a better one: `Intent.build(summary=)`)."""
+    return canonical_json(payload)[:300]
 
 
 @dataclass(frozen=True)
@@ -51,14 +44,16 @@ class Intent:
     p_hash: str
     key: str
     slot: str | None
+    summary: str
 
     @classmethod
     def build(cls, *, spec: ActionSpec, payload: dict, owner_task: str, owner_item: str, owner_step: str,
-              lease_token: str, authorized_by: str) -> "Intent":
+              lease_token: str, authorized_by: str, summary: str = "") -> "Intent":
         p_hash = payload_hash(payload)
         key = idempotency_key(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
                               action=spec.name, p_hash=p_hash)
         slot = slot_for(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
                         action=spec.name) if spec.slotted else None
         return cls(spec=spec, payload=payload, owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
-                   lease_token=lease_token, authorized_by=authorized_by, p_hash=p_hash, key=key, slot=slot)
+                   lease_token=lease_token, authorized_by=authorized_by, p_hash=p_hash, key=key, slot=slot,
+                   summary=(summary or summarize(payload))[:300])

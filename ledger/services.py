@@ -5,7 +5,7 @@ import datetime as dt
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.channels.registry import get_channel
+from ledger.channels import get_channel
 from ledger.clock import db_now
 from ledger.models import Effect, EffectState, ResolvedBy, Verdict
 from ledger.statements import SETTLE_MARGIN_SECONDS, record_transition

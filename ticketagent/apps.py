@@ -8,5 +8,8 @@ class TicketagentConfig(AppConfig):
     verbose_name = "Ticket agents"
 
     def ready(self):
-        from ticketagent import checks  # noqa: F401  (registers the settings checks)
+        from ticketagent import (
+            checks,  # noqa: F401  (registers the settings checks)
+            window,  # noqa: F401  (scheduling listens to the pipeline's and services' signals)
+        )
         from ticketagent.eventlog import receivers  # noqa: F401  (connects the ledger's signals)

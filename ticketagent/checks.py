@@ -10,7 +10,7 @@ def lease_covers_calls(app_configs=None, **kwargs):
     call: LEASE_SECONDS must exceed each channel's longest call plus the
     margin and a heartbeat's interval, or every effect would be handed back."""
     from ledger.channels.base import ChannelError
-    from ledger.channels.registry import get_channel
+    from ticketagent.channels.registry import get_channel
 
     errors = []
     for name in ("helpdesk", "email"):

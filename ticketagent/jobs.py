@@ -8,7 +8,7 @@ new ones in one pipeline), so an attempt still queues one job even if it is
 sent twice (rq's own `unique=True` is one round trip a job). A job that runs twice
 anyway is harmless: the item's lease admits one worker and its checkpoint
 and the ledger skip what was done. The job itself is
-`ticketagent.pipeline.run.process_item`, named here by its path: the
+`ticketagent.runner.process_item`, named here by its path: the
 transport does not import the worker's code.
 """
 
@@ -21,7 +21,7 @@ from rq.job import Job
 log = logging.getLogger(__name__)
 
 
-JOB_FUNCTION = "ticketagent.pipeline.run.process_item"
+JOB_FUNCTION = "ticketagent.runner.process_item"
 
 
 def job_id(item_id: int, attempt: int) -> str:

@@ -143,6 +143,13 @@ class Item(models.Model):
         """The opaque owner reference the ledger stores."""
         return str(self.pk)
 
+    LEASE_FIELDS = ("lease_token", "lease_owner", "lease_expires_at")
+
+    def lease_clear(self) -> None:
+        """The one place a lease ends: no token, no owner, no deadline (the caller saves `LEASE_FIELDS`)."""
+        self.lease_token = self.lease_owner = ""
+        self.lease_expires_at = None
+
     def input_hash(self) -> str:
         fields = [self.ticket_id, self.customer_email, self.customer_name, self.subject, self.body,
                   self.priority, self.language]

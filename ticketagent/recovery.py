@@ -26,7 +26,7 @@ from django.utils import timezone
 from rq.job import Job
 from rq.utils import utcparse
 
-from ledger.channels.registry import lookup_channel_names
+from ledger.channels import lookup_channel_names
 from ledger.clock import db_now
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile, reconcile_not_before

@@ -305,6 +305,11 @@ REQUEUE_GRACE_SECONDS = envfloat("REQUEUE_GRACE_SECONDS", 5.0, minimum=0.0)
 # the database and are sent as items end). 0: twice the live workers, at least 4.
 QUEUE_WINDOW = envint("QUEUE_WINDOW", 0, minimum=0)
 
+# What the ledger is told of its owner (it names no action and no system of its own):
+# the action table and the function that returns a channel's adapter.
+LEDGER_ACTIONS = "ticketagent.actions.ACTIONS"
+LEDGER_CHANNELS = "ticketagent.channels.registry.get_channel"
+
 # Channels: the helpdesk and SMTP email. HELPDESK_KIND picks the helpdesk's
 # adapter: rest (the generic REST contract the sandbox speaks), rt (Request
 # Tracker 5, REST2) or zendesk (Zendesk Support API); docs/channels.md.

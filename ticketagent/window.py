@@ -2,9 +2,9 @@
 
 A task does not send all its items to Redis at once. At most a window of
 its queued items has a job waiting (`enqueued_at` set); the others wait in
-the database (`enqueued_at` null) and are sent as items start: the
-worker that takes an item's lease tops its task's window up in the same
-transaction, and so does the recovery sweep for every active task. One FIFO queue thus interleaves tasks, and
+the database (`enqueued_at` null) and are sent as items start: once an
+item's lease commits its task's window is topped up (`signals.item_started`),
+and the recovery sweep tops up every active task's. One FIFO queue thus interleaves tasks, and
 a new task's first window goes to the front of it: a small task uploaded
 behind a big one starts at the next free worker and then shares the
 workers with it, instead of waiting for all of its items (or a window of
@@ -19,11 +19,13 @@ import time
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.dispatch import receiver
 from django.utils import timezone
 from rq import Worker
 
 from ticketagent import jobs
 from ticketagent.models import ACTIVE_TASK_STATUSES, Item, ItemStatus, Task
+from ticketagent.signals import item_started, items_runnable, task_stopping
 
 log = logging.getLogger(__name__)
 
@@ -32,29 +34,16 @@ WORKER_COUNT_SECONDS = 10.0
 
 # One statement: how many of the task's queued items already wait in Redis,
 # and the oldest of the others, up to the window, marked as sent (none while
-# the task is not active). `sent` returns them; a caller may put these CTEs
-# in a statement of its own (the lease does: `refill_ctes`).
-_REFILL_CTES = """
-waiting AS (
-    SELECT count(*) AS n FROM {item} WHERE task_id = %s AND status = %s AND enqueued_at IS NOT NULL AND id <> %s
+# the task is not active).
+_REFILL = """
+WITH waiting AS (
+    SELECT count(*) AS n FROM {item} WHERE task_id = %s AND status = %s AND enqueued_at IS NOT NULL
 ), picked AS (
-    SELECT id FROM {item} WHERE task_id = %s AND status = %s AND enqueued_at IS NULL AND id <> %s
+    SELECT id FROM {item} WHERE task_id = %s AND status = %s AND enqueued_at IS NULL
       AND EXISTS (SELECT 1 FROM {task} WHERE id = %s AND status = ANY(%s))
     ORDER BY id LIMIT GREATEST(%s - (SELECT n FROM waiting), 0) FOR NO KEY UPDATE SKIP LOCKED
-), sent AS (
-    UPDATE {item} SET enqueued_at = %s FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt
-)"""
-
-
-def refill_ctes(task_id: int, size: int, *, leaving: int = 0) -> tuple[str, list]:
-    """The refill as CTEs (`waiting`, `picked`, `sent`) and their parameters,
-    for PostgreSQL. `leaving`: an item the same statement takes out of the
-    window (the lease's), neither counted nor picked."""
-    quote = connection.ops.quote_name
-    sql = _REFILL_CTES.format(item=quote(Item._meta.db_table), task=quote(Task._meta.db_table))
-    params = [task_id, ItemStatus.QUEUED, leaving, task_id, ItemStatus.QUEUED, leaving, task_id,
-              list(ACTIVE_TASK_STATUSES), size, timezone.now()]  # the app's clock, as the sweep's
-    return sql, params
+)
+UPDATE {item} SET enqueued_at = %s FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt"""
 
 
 def refill_sent(refs: list[tuple[int, int]], *, front: bool = False) -> None:
@@ -89,9 +78,12 @@ def window_refill(task_id: int, *, size: int | None = None, front: bool = False)
     shares the workers with the tasks already running, refill by refill).
     """
     size = window_size() if size is None else size
-    ctes, params = refill_ctes(task_id, size)
+    quote = connection.ops.quote_name
+    sql = _REFILL.format(item=quote(Item._meta.db_table), task=quote(Task._meta.db_table))
+    params = [task_id, ItemStatus.QUEUED, task_id, ItemStatus.QUEUED, task_id, list(ACTIVE_TASK_STATUSES), size,
+              timezone.now()]  # the app's clock, as the sweep's
     with connection.cursor() as cursor:
-        cursor.execute(f"WITH {ctes} SELECT id, attempt FROM sent", params)
+        cursor.execute(sql, params)
         refs = cursor.fetchall()
     refill_sent(refs, front=front)
     return len(refs)
@@ -124,3 +116,21 @@ def window_withdraw(task_id: int) -> int:
         sent.update(enqueued_at=None)
         transaction.on_commit(lambda: jobs.withdraw_items(refs))
     return len(refs)
+
+
+@receiver(items_runnable)
+def _on_items_runnable(sender, *, task_id: int, front: bool = False, **kwargs) -> int:
+    return window_refill(task_id, front=front)
+
+
+@receiver(task_stopping)
+def _on_task_stopping(sender, *, task_id: int, **kwargs) -> int:
+    return window_withdraw(task_id)
+
+
+@receiver(item_started)
+def _on_item_started(sender, *, task_id: int, **kwargs) -> None:
+    try:
+        window_refill(task_id)
+    except Exception:  # noqa: BLE001 - the sweep tops every window up too
+        log.warning("could not top up the window of task %s after an item started", task_id, exc_info=True)

@@ -49,9 +49,9 @@ def define_workflow():
     from dbos import DBOS
 
     from ledger.actions import action_spec
-    from ledger.channels.rest import RestHelpdeskChannel
     from ledger.models import EffectState
     from ops.bench.naive import job_tools
+    from ticketagent.channels.rest import RestHelpdeskChannel
     from ticketagent.llm.clients import get_model_client
     from ticketagent.llm.schemas import Reply, Triage
     from ticketagent.plan import effect_payload

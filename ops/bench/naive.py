@@ -46,7 +46,7 @@ def naive_item(ticket: dict) -> str:
     from rq import get_current_job
 
     from ledger.actions import action_spec
-    from ledger.channels.rest import RestHelpdeskChannel
+    from ticketagent.channels.rest import RestHelpdeskChannel
     from ticketagent.llm.clients import get_model_client
     from ticketagent.plan import effect_payload
 

@@ -29,13 +29,13 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from ledger.channels.rest import RestHelpdeskChannel
 from ledger.models import Effect, EffectState, EffectTransition
 from ops.bench.dbos_peer import DbosPeer
 from ops.bench.results import percentile
 from ops.bench.workload import task_outcome
 from ops.samples import ticket_rows
 from sandbox.client import SandboxClient
+from ticketagent.channels.rest import RestHelpdeskChannel
 from ticketagent.models import Item, ItemStatus
 from ticketagent.services.tasks import task_create
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from ledger.actions import action_spec
 from ledger.channels import base
-from ledger.channels.rest import RestHelpdeskChannel
 from ops.bench.results import percentile
+from ticketagent.channels.rest import RestHelpdeskChannel
 
 if TYPE_CHECKING:
     from ops.bench.runner import Bench

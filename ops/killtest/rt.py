@@ -23,11 +23,11 @@ import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from ledger.channels.rt import keys_in
 from ledger.models import Effect, EffectState
 from ops.killtest.checks import check_late_writes, check_task
 from ops.killtest.report import Report
 from ops.rt_server import RTServer
+from ticketagent.channels.rt import keys_in
 from ticketagent.models import Task
 from ticketagent.upload.rows import TicketRow
 

@@ -6,10 +6,10 @@ import urllib.parse
 
 import pytest
 
-from ledger.channels.registry import get_channel
-from ledger.channels.rt import RTChannel, key_marker
 from ops.rt_server import CF_NAME, set_full_text
 from tests.conftest import ROOT
+from ticketagent.channels.registry import get_channel
+from ticketagent.channels.rt import RTChannel, key_marker
 
 from .conftest import rt_environment
 

@@ -7,8 +7,8 @@ import uuid
 import pytest
 from django.core.management import call_command
 
-from ledger.channels import rt_rest
-from ledger.channels.registry import get_channel
+from ticketagent.channels import rt_rest
+from ticketagent.channels.registry import get_channel
 from ticketagent.models import Task
 from ticketagent.services import readiness
 from ticketagent.sources import SourceError

@@ -6,11 +6,11 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from ledger.channels.rt import key_marker
 from ledger.models import Effect, EffectState
 from ops.killtest.report import Report
 from ops.killtest.rt import RTOracle
 from ops.rt_server import CF_NAME
+from ticketagent.channels.rt import key_marker
 from ticketagent.services.tasks import task_create
 from ticketagent.upload.rows import TicketRow
 

@@ -7,8 +7,8 @@ Each test uses its own ticket and its own keys: the server lives for the session
 import urllib.parse
 import uuid
 
-from ledger.channels.rt import key_marker
 from ops.rt_server import CF_NAME
+from ticketagent.channels.rt import key_marker
 
 
 def _key() -> str:

@@ -6,9 +6,9 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
 
-from ledger.channels.registry import get_channel
-from ledger.channels.rt import RTChannel, key_marker, keys_in, text_html, ticket_number
-from ledger.channels.rt_rest import rest_url
+from ticketagent.channels.registry import get_channel
+from ticketagent.channels.rt import RTChannel, key_marker, keys_in, text_html, ticket_number
+from ticketagent.channels.rt_rest import rest_url
 from ticketagent.env import envint_or_none, envmap
 from ticketagent.llm.schemas import HelpdeskStatus
 from ticketagent.sources.rt import html_text, priority_word

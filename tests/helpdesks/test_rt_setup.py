@@ -8,10 +8,10 @@ import uuid
 import pytest
 from django.core.management import call_command
 
-from ledger.channels.rt import RTChannel
 from ledger.gate import effect_run
 from ledger.models import EffectState
 from ops.rt_server import CF_NAME, RTServerError, insert_datafile
+from ticketagent.channels.rt import RTChannel
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

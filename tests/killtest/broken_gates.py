@@ -7,11 +7,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from ledger.actions import action_spec
-from ledger.channels.registry import get_channel
 from ledger.faults import crash_point
 from ledger.gate import GateResult
 from ledger.keys import idempotency_key, payload_hash, slot_for, summarize
 from ledger.models import Effect, EffectState, EffectTransition
+from ticketagent.channels.registry import get_channel
 
 
 def _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, lease_token, state, ref=""):

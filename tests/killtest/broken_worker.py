@@ -2,8 +2,8 @@
 
     python -m tests.killtest.broken_worker no-intent|commit-before-call|unchecked-lease
 
-The same as `manage.py worker`, with the pipeline's gate (`intent_record`,
-`effect_call`, no chained intents) swapped for one of the gates in
+The same as `manage.py worker`, with the pipeline's effect step (intent,
+call, outcome; no chained intents) swapped for one of the gates in
 tests/killtest/broken_gates.py: the harness must report the failure. The
 product carries no such gate.
 """
@@ -23,22 +23,35 @@ def main(argv: list[str]) -> int:
     django.setup()
     from django.core.management import call_command
 
+    from ledger.models import EffectState
     from tests.killtest.broken_gates import GATES
+    from ticketagent.models import EventType, ItemStatus
     from ticketagent.pipeline import run, steps
+    from ticketagent.pipeline.phases import phase_fail, phase_wait
 
     gate = GATES[args.gate]
 
-    def broken_call(intent, effect, blocked="", **kwargs):
-        return gate(action=intent.spec.name, payload=intent.payload, owner_task=intent.owner_task,
-                    owner_item=intent.owner_item, owner_step=intent.owner_step, lease_token=intent.lease_token)
+    def broken_step(step, item_run, task):
+        authorized = steps.AUTO_CLOSE if task.allow_auto_close else ""
+        if step == "close_ticket":
+            authorized, early = steps._close_approval(item_run, task)
+            if early is not None:
+                return early
+        intent = steps._intent(item_run, task, step, item_run.outputs, authorized)
+        result = gate(action=intent.spec.name, payload=intent.payload, owner_task=intent.owner_task,
+                      owner_item=intent.owner_item, owner_step=intent.owner_step, lease_token=intent.lease_token)
+        if result.state == EffectState.FAILED:
+            phase_fail(item_run, kind="channel_refused", message=f"{step}: {result.effect.last_error}")
+            return steps.WAIT
+        if result.state not in (EffectState.COMMITTED, EffectState.SKIPPED):
+            phase_wait(item_run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
+                       reason=f"{step}: outcome unknown")
+            return steps.WAIT
+        return steps._effect_summary(result.effect)
 
-    # every effect through the broken gate: no intent chained with a recovery
-    # point, phase 1 left to the broken gate, the call and its record too
+    # every effect through the broken gate, none chained with a recovery point
     steps.chain_intent = run.chain_intent = lambda *args, **kwargs: None
-    steps.intent_record = lambda intent, fence=None: (None, "")
-    if args.gate == "unchecked-lease":  # its phase 1 too: the intent row is the broken gate's own
-        steps.intent_commit = lambda intent, fence=None: (None, "")
-    steps.effect_call = broken_call
+    run.run_effect_step = broken_step
     call_command("worker")
     return 0
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ledger.channels.rest import RestHelpdeskChannel
+from ticketagent.channels.rest import RestHelpdeskChannel
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ledger.actions import action_spec
-from ledger.channels.rest import RestHelpdeskChannel
 from ledger.models import EffectState
+from ticketagent.channels.rest import RestHelpdeskChannel
 
 from .helpers import NOTIFY
 

@@ -4,10 +4,11 @@ unknown action or channel is refused before anything is recorded or sent."""
 
 import pytest
 
-from ledger.actions import ACTIONS, action_spec
+from ledger.actions import action_spec
 from ledger.channels.base import Channel
-from ledger.channels.registry import get_channel
 from ledger.models import Effect, EffectClass
+from ticketagent.actions import ACTIONS
+from ticketagent.channels.registry import get_channel
 
 from .helpers import run_notify
 

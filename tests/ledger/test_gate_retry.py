@@ -16,11 +16,28 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CLOSE = {"ticket": "T-1", "body": {"reason": "solved"}}
 
 
-def close(lease_token, authorized_by, fence=None):
+def close(lease_token, authorized_by):
     from ledger.gate import effect_run
 
     return effect_run(action="close_ticket", payload=CLOSE, owner_task="t1", owner_item="i1",
-                      owner_step="close_ticket", lease_token=lease_token, authorized_by=authorized_by, fence=fence)
+                      owner_step="close_ticket", lease_token=lease_token, authorized_by=authorized_by)
+
+
+def close_seen_during_call(lease_token, authorized_by) -> dict:
+    """The three calls by hand: the row as the call sees it (its intent committed)."""
+    from django.db import transaction
+
+    from ledger.gate import effect_perform, intent_prepare, intent_record, outcome_record
+
+    intent = intent_prepare(action="close_ticket", payload=CLOSE, owner_task="t1", owner_item="i1",
+                            owner_step="close_ticket", lease_token=lease_token, authorized_by=authorized_by)
+    with transaction.atomic():
+        effect = intent_record(intent).effect
+    seen = Effect.objects.filter(pk=effect.pk).values("state", "lease_token", "attempts").get()
+    result = effect_perform(intent, effect)
+    with transaction.atomic():
+        assert outcome_record(intent, effect, result)
+    return seen
 
 
 class TestARetryReusesTheRow:
@@ -30,16 +47,10 @@ class TestARetryReusesTheRow:
         assert (first.state, first.authorized_by) == (EffectState.FAILED, "approved by alice")
         Effect.objects.filter(pk=first.pk).update(intent_at=timezone.now() - dt.timedelta(hours=1))
 
-        seen = {}
-
-        def fence():
-            row = Effect.objects.filter(pk=first.pk).values("state", "lease_token", "attempts").get()
-            seen.setdefault(row["state"], row)
-
-        retry = close("worker-b", "approved by bob", fence=fence)
+        seen = close_seen_during_call("worker-b", "approved by bob")
         effect = Effect.objects.get()
-        assert retry.called and retry.effect.pk == effect.pk == first.pk
-        assert seen[EffectState.INTENT] == {"state": "intent", "lease_token": "worker-b", "attempts": 2}
+        assert effect.pk == first.pk
+        assert seen == {"state": "intent", "lease_token": "worker-b", "attempts": 2}
         assert (effect.state, effect.attempts, effect.lease_token) == (EffectState.COMMITTED, 2, "worker-b")
         assert (effect.authorized_by, effect.last_error) == ("approved by bob", "")
         assert timezone.now() - effect.intent_at < dt.timedelta(minutes=1)

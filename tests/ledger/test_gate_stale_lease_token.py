@@ -14,10 +14,10 @@ import pytest
 from django.db import connections
 
 from ledger.channels.base import CallResult, Channel
-from ledger.channels.rest import RestHelpdeskChannel
 from ledger.models import EffectState, Verdict
 from ledger.services import effect_reconcile, effects_mark_unknown
 from ledger.signals import effect_changed
+from ticketagent.channels.rest import RestHelpdeskChannel
 
 from .helpers import run_notify
 
@@ -98,7 +98,7 @@ class TestAStaleLeaseTokenAfterARetry:
         b = run_notify(lease_token="token-b", channel=DeliverThenLetTheLateAnswerIn(late, thread))
         a = results["A"]
         assert not isinstance(a, BaseException), a
-        assert a.blocked == "fenced", "A's outcome was refused"
+        assert a.blocked == "not ours", "A's outcome was refused"
         assert b.called and b.blocked == "" and b.effect.pk == effect.pk
 
         effect.refresh_from_db()

@@ -5,10 +5,10 @@ reconcile answer (300) and a reviewer's reason (2000)."""
 import pytest
 
 from ledger.channels.base import CallResult, Channel, LookupResult
-from ledger.channels.rest import RestHelpdeskChannel
 from ledger.faults import SimulatedCrash, arm
 from ledger.models import Effect, EffectState, Verdict
 from ledger.services import effect_reconcile, effect_review, effects_mark_unknown
+from ticketagent.channels.rest import RestHelpdeskChannel
 
 from .helpers import run_notify
 

@@ -5,7 +5,7 @@ shows as text. Payloads arrive as decoded JSON (persisted step outputs)."""
 
 import json
 
-from ledger.keys import summarize
+from ticketagent.actions import payload_summary as summarize
 
 
 def decoded(payload: dict) -> dict:

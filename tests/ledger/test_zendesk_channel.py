@@ -8,13 +8,14 @@ import pytest
 from django.urls import reverse
 
 from ledger.actions import action_spec
+from ledger.channels import lookup_channel_names
 from ledger.channels.redact import redact
-from ledger.channels.registry import get_channel, lookup_channel_names
-from ledger.channels.zendesk import DRAFT_MARK, KEY_FIELD, ZendeskChannel
 from ledger.faults import SimulatedCrash, arm
 from ledger.gate import effect_run
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile, effects_mark_unknown
+from ticketagent.channels.registry import get_channel
+from ticketagent.channels.zendesk import DRAFT_MARK, KEY_FIELD, ZendeskChannel
 
 from ..conftest import wait_for
 

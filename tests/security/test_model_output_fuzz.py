@@ -24,8 +24,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from ledger.actions import ACTIONS
-from ledger.channels.rest import ROUTES
+from ticketagent.actions import ACTIONS
+from ticketagent.channels.rest import ROUTES
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.openai_client import OpenAIModel
 from ticketagent.llm.schemas import ALLOWED_ACTIONS, Decision, Reply, Triage

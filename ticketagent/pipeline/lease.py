@@ -19,19 +19,16 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.db.models import DateTimeField, ExpressionWrapper, Subquery, Value
 from django.db.models.functions import Now
-from django.utils import timezone
 
-from ledger.gate import Fenced
 from ledger.models import Effect
 from ledger.services import effects_mark_unknown
-from ledger.statements import Fence
 from ticketagent.eventlog.append import event_append
-from ticketagent.models import ENDED_ITEM_STATUSES, EventType, Item, ItemStatus, Task
+from ticketagent.models import EventType, Item, ItemStatus, Task
 
 log = logging.getLogger(__name__)
 
 
-class LeaseLost(Fenced):
+class LeaseLost(Exception):
     """This worker no longer holds the item: stop without writing."""
 
 
@@ -176,23 +173,12 @@ def lock_held(item_id: int, token: str) -> tuple[Task, Item]:
     return task, item
 
 
-def release(item: Item, status: str) -> None:
-    item.status = status
-    item.lease_token = ""
-    item.lease_owner = ""
-    item.lease_expires_at = None
-    if status in ENDED_ITEM_STATUSES:
-        item.finished_at = timezone.now()
-
-
 def item_take_over(item: Item, *, actor: str, why: str) -> list[Effect]:
     """Inside a transaction holding the item lock: fence the old lease holder and
     turn its intents into unknowns, settled once it cannot be calling any more
     (its lease deadline: the last moment it could believe its lease valid)."""
     old, ended = item.lease_owner, item.lease_expires_at
-    item.lease_token = ""
-    item.lease_owner = ""
-    item.lease_expires_at = None
+    item.lease_clear()
     unknown = effects_mark_unknown(owner_item=item.ref, actor=actor, claim_ended_at=ended,
                                    note=f"{why}; the worker {old or '?'} held it: outcome cannot be known")
     event_append(task_id=item.task_id, item_id=item.pk, type=EventType.RECOVERED, actor=actor, payload={
@@ -213,23 +199,16 @@ class ItemRun:
     outputs: dict
     lease: Lease | None = None
     task_status: str = ""
-    stopped: bool = False
+    stopped: bool = False  # the item left this worker: done, failed, waiting, or handed back as its task stopped
+    ended: str = ""  # how, in a word or two ("done", "waiting", "failed (kind)", "task stopped")
     # effect steps the decision did not choose, not yet recorded: they are
     # written (STEP_SKIPPED) with the next recovery point
     pending: list = field(default_factory=list)
-    # (Intent, Effect, blocked): the next effect's intent, committed with the
-    # last recovery point (chained intents); its call is still to be made
+    # (Intent, Recorded): the next effect's intent, committed with the last
+    # recovery point (`phase_step_done(chain=)`); its call is still to be made
     chained: tuple | None = None
-    # (Task, Item) locked by `lock_run` in the current transaction
+    # (Task, Item) locked by `phase(run, task=True)` in the current transaction
     locked: tuple | None = None
-    finished: bool = False  # the item's end was recorded with its last effect's outcome
-
-
-def lock_run(run: ItemRun) -> None:
-    """Inside a transaction: `lock_held` (task, then item) for a phase that may
-    end the item; the task's status read as `hold` reads it."""
-    run.locked = lock_held(run.item.pk, run.token)
-    run.task_status = run.locked[0].status
 
 
 def hold(run: ItemRun) -> None:
@@ -244,14 +223,3 @@ def hold(run: ItemRun) -> None:
     if not held:
         raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over")
     run.task_status = held[0].task.status
-
-
-def lease_fence(run: ItemRun) -> Fence:
-    """`hold(run)` as a `Fence` the gate folds into its own statements on
-    PostgreSQL (and the condition a step's checkpoint update moves on): the
-    item still leased to this worker, its row locked where the database
-    locks rows."""
-    item = connection.ops.quote_name(Item._meta.db_table)
-    lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else ""
-    return Fence(condition=f"EXISTS (SELECT 1 FROM {item} WHERE id = %s AND lease_token = %s AND status = %s{lock})",
-                 params=(run.item.pk, run.token, ItemStatus.RUNNING), check=lambda: hold(run))

@@ -5,30 +5,28 @@ ticket, so a re-run builds the same payload, the same key, and is blocked by
 the ledger instead of acting twice.
 """
 
-from django.db import connection, transaction
-from django.utils import timezone
+from django.db import transaction
 
-from ledger.channels.registry import get_channel
-from ledger.gate import effect_call, effect_prepare, intent_commit, intent_record
+from ledger.channels import get_channel
+from ledger.gate import effect_perform, intent_prepare, intent_record, outcome_record
 from ledger.keys import Intent
 from ledger.models import Effect, EffectState
-from ledger.statements import Rider, intent_ctes, intent_written
+from ticketagent.actions import payload_summary
 from ticketagent.llm.schemas import Decision, Reply, Triage
-from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
-from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost, hold, lease_fence, lock_run
+from ticketagent.models import ACTIVE_TASK_STATUSES, EventType, Item, ItemStatus, Task
+from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost
 from ticketagent.pipeline.phases import (
-    checkpoint_ctes,
-    item_done_fenced,
+    item_fail,
     item_hand_back,
+    item_stop,
+    phase,
     phase_fail,
     phase_wait,
     record_steps,
-    step_events,
     stop_if_task_stopped,
 )
 from ticketagent.pipeline.tools import item_tools
 from ticketagent.plan import NOT_CHOSEN, STEP_NAMES, STEPS, effect_action, effect_payload
-from ticketagent.services.tasks import task_locked
 
 
 def item_ticket(item: Item) -> dict:
@@ -119,6 +117,13 @@ def steps_ahead(after: int, outputs: dict) -> tuple[list, int | None]:
     return skipped, None
 
 
+def _intent(run: ItemRun, task: Task, step: str, outputs: dict, authorized_by: str = "") -> Intent:
+    payload = effect_payload(step, ticket=item_ticket(run.item), outputs=outputs)
+    return intent_prepare(action=effect_action(step, notify_channel=task.notify_channel), payload=payload,
+                          owner_task=str(task.pk), owner_item=run.item.ref, owner_step=step, lease_token=run.token,
+                          authorized_by=authorized_by, summary=payload_summary(payload))
+
+
 def chain_intent(run: ItemRun, task: Task, index: int | None, outputs: dict) -> Intent | None:
     """The intent of the effect step at `index`, to commit with the current
     recovery point ("chained intents"), when nothing has to be asked first:
@@ -128,48 +133,78 @@ def chain_intent(run: ItemRun, task: Task, index: int | None, outputs: dict) -> 
     step = STEPS[index].name
     if step == "close_ticket" and not task.allow_auto_close:
         return None
-    return effect_prepare(action=effect_action(step, notify_channel=task.notify_channel),
-                          payload=effect_payload(step, ticket=item_ticket(run.item), outputs=outputs),
-                          owner_task=str(task.pk), owner_item=run.item.ref, owner_step=step, lease_token=run.token,
-                          authorized_by=AUTO_CLOSE if step == "close_ticket" else "")
+    return _intent(run, task, step, outputs, AUTO_CLOSE if step == "close_ticket" else "")
 
 
-def run_effect_step(step, run: ItemRun, task: Task):
-    """Returns the step output to record, RECORDED when the gate's phase 2
-    recorded it with the effect's outcome, or WAIT when the item stopped
-    (failed / waits)."""
+def run_effect_step(step: str, run: ItemRun, task: Task):
+    """One effect step: the intent (phase), the call (no transaction), the
+    outcome with the step's recovery point (phase). Returns RECORDED when
+    that phase recorded the step, WAIT when the item stopped before the call
+    (it waits or failed), or the step's output to record (the effect was
+    settled before, or its key or slot is held already)."""
     chained, run.chained = run.chained, None
     if chained is not None and chained[0].owner_step == step:
-        intent, effect, blocked = chained  # committed with the previous recovery point
+        intent, recorded = chained  # committed with the previous recovery point
     else:
-        item, authorized = run.item, ""
+        authorized = ""
         if step == "close_ticket":
             authorized, early = _close_approval(run, task)
             if early is not None:
                 return early
-        settled = _settled_before(item, step)
+        settled = _settled_before(run.item, step)
         if settled is not None:
             return settled
-        intent = effect_prepare(action=effect_action(step, notify_channel=task.notify_channel),
-                                payload=effect_payload(step, ticket=item_ticket(item), outputs=run.outputs),
-                                owner_task=str(task.pk), owner_item=item.ref, owner_step=step, lease_token=run.token,
-                                authorized_by=authorized)
-        effect, blocked = intent_commit(intent, fence=lease_fence(run))
-    skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)
-    next_intent = chain_intent(run, task, after, run.outputs)
-    fence, then = _with_outcome(run, task, step, effect, skipped, after, next_intent)
-    fold = _folded_outcome(run, task, step, effect, skipped, after, next_intent)
-    deadline = None if blocked else _lease_for_call(run, step, intent, effect)
-    result = effect_call(intent, effect, blocked, then=then, outcome_fence=fence, fold=fold, deadline=deadline)
-    if result.blocked == "expired":
+        intent = _intent(run, task, step, run.outputs, authorized)
+        with phase(run):
+            recorded = intent_record(intent)
+    if recorded.blocked:
+        return _held_answer(step, run, recorded)
+    effect = recorded.effect
+    deadline = _lease_for_call(run, step, intent, effect)
+    result = effect_perform(intent, effect, deadline=deadline)
+    if result is None:
         raise _handed_back(run, step, "the lease was not known valid when the request was to leave", effect)
-    if result.blocked == "fenced":
-        raise LeaseLost(f"item {run.item.pk}: fenced while calling {step}")
-    if result.answers is not None:
-        return _after_folded(run, fold, result.answers)
-    if then.recorded:
-        return RECORDED
-    return _gate_answer(step, run, result)
+    phase_outcome(run, task, step, intent, effect, result)
+    return RECORDED
+
+
+def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: Effect, result) -> None:
+    """After the call: the outcome, with what it means for the item, in one
+    phase. Committed: the step's recovery point (and the unchosen steps after
+    it), then the item's end if no step is left, else the next effect's
+    intent (chained). Failed: the item fails. Unknown: it waits for review.
+
+    The outcome is the truth and is recorded even when the lease is gone
+    (the gate writes it only if the row is still this attempt's); nothing of
+    the item's is, and the worker stops."""
+    skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)
+    ends = after is None or result.state != EffectState.COMMITTED  # the item may leave: its task locked first
+    try:
+        with phase(run, task=ends):
+            ours = outcome_record(intent, effect, result)
+            if not ours:
+                pass
+            elif result.state == EffectState.FAILED:
+                item_fail(run, kind="channel_refused", message=f"{step}: {effect.last_error}")
+            elif result.state == EffectState.UNKNOWN:
+                item_stop(run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
+                          reason=f"{step}: outcome unknown — {effect.last_error}")
+            else:
+                record_steps(run, [*run.pending, (step, _effect_summary(effect)), *skipped])
+                if after is None and run.task_status in ACTIVE_TASK_STATUSES:
+                    item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
+                elif not stop_if_task_stopped(run) and after is not None:
+                    chained = chain_intent(run, task, after, run.outputs)
+                    if chained is not None:
+                        run.chained = (chained, intent_record(chained))
+    except LeaseLost:
+        # the lease is gone (taken over while calling): nothing of the item's
+        # is written, but the outcome is the truth -- kept if the row is still ours
+        with transaction.atomic():
+            outcome_record(intent, effect, result)
+        raise
+    if not ours:
+        raise LeaseLost(f"item {run.item.pk}: {step}'s effect stopped being this attempt's while it was called")
 
 
 def _lease_for_call(run: ItemRun, step: str, intent: Intent, effect: Effect) -> float | None:
@@ -191,111 +226,16 @@ def _handed_back(run: ItemRun, step: str, why: str, effect: Effect) -> LeaseLost
     return LeaseLost(f"item {run.item.pk}: handed back at {step}, nothing sent")
 
 
-def _with_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None,
-                  next_intent: Intent | None):
-    """Phase 2's fence and `then`. When the call committed, the fence is the
-    step's recovery point (and the unchosen steps after it): the checkpoint
-    moves on the condition of the lease, which locks the item (one statement
-    with its events); with it the item's end when no step is left (the task
-    locked first: the lock order everywhere), else the next effect's intent
-    (chained). Any other outcome records no step: the fence only holds the
-    item (and the task, for the last step, whose failure or wait follows)."""
-    done = []
-
-    def fence(result) -> None:
-        if result.state != EffectState.COMMITTED:
-            lock_run(run) if after is None else hold(run)
-            return
-        extra = []
-        if after is None:
-            locked = task_locked(task.pk)
-            if locked.status in ACTIVE_TASK_STATUSES:
-                done.append(locked)
-                extra.append(Event(task_id=task.pk, item_id=run.item.pk, type=EventType.ITEM_DONE))
-        summary = {"effect_id": effect.pk, "key": effect.idempotency_key, "state": result.state,
-                   "external_ref": result.external_ref[:200]}
-        then.recorded = record_steps(run, [*run.pending, (step, summary), *skipped], extra=extra, fenced=True)
-
-    def then(effect: Effect) -> None:
-        if not then.recorded:
-            return
-        run.cursor, run.outputs = then.recorded
-        run.pending = []
-        if done:
-            item_done_fenced(done[0], run.item.pk)
-            run.finished = True
-            return
-        run.stopped = stop_if_task_stopped(run)
-        if next_intent is not None and not run.stopped:
-            run.chained = (next_intent, *intent_record(next_intent))
-
-    then.recorded = None
-    return fence, then
-
-
-def _folded_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None,
-                    next_intent: Intent | None):
-    """Phase 2 as one statement (the gate's `fold`), for a committed call
-    with a step after it: the outcome; on the condition that it was written
-    and the lease held (`ok`), the step's recovery point (`cp`, `ev`) and,
-    if the task is still active, the next effect's intent (chained); the
-    task's status read. The item's end, and every other outcome, go through
-    the transaction of `_with_outcome`."""
-
-    def fold(result):
-        if result.state != EffectState.COMMITTED or after is None:
-            return None
-        summary = {"effect_id": effect.pk, "key": effect.idempotency_key, "state": result.state,
-                   "external_ref": result.external_ref[:200]}
-        cursor, outputs, events = step_events(run, [*run.pending, (step, summary), *skipped])
-        ctes, params = checkpoint_ctes(run, cursor, outputs, events, when="EXISTS (SELECT 1 FROM ok)")
-        tasks = connection.ops.quote_name(Task._meta.db_table)
-        ctes += f", ts AS (SELECT status FROM {tasks} WHERE id = %s)"
-        params.append(task.pk)
-        answers = "(SELECT count(*) FROM cp), (SELECT status FROM ts)"
-        fold.landed = (cursor, outputs, None, None)
-        if next_intent is not None:
-            active = ", ".join(["%s"] * len(ACTIVE_TASK_STATUSES))
-            sql, intent_params, chained = intent_ctes(
-                next_intent, timezone.now(), name="ni",
-                when=f"EXISTS (SELECT 1 FROM cp) AND (SELECT status FROM ts) IN ({active})",
-                when_params=ACTIVE_TASK_STATUSES)
-            ctes, answers, params = f"{ctes}, {sql}", f"{answers}, (SELECT id FROM ni)", [*params, *intent_params]
-            fold.landed = (cursor, outputs, next_intent, chained)
-        return lease_fence(run), Rider(ctes=ctes, params=params, answers=answers)
-
-    return fold
-
-
-def _after_folded(run: ItemRun, fold, answers: tuple):
-    """After a folded phase 2 committed: move on, as `_with_outcome`'s `then` does."""
-    moved, status, *chained_id = answers
-    if not moved:
-        raise LeaseLost(f"item {run.item.pk}: its checkpoint is not at cursor {run.cursor}")
-    run.cursor, run.outputs, next_intent, chained = fold.landed
-    run.pending, run.task_status = [], status
-    if status not in ACTIVE_TASK_STATUSES:
-        with transaction.atomic():  # hand the item back under its lock, as the phase would have
-            hold(run)
-            run.stopped = stop_if_task_stopped(run)
-    elif chained is not None and chained_id[0] is not None:
-        run.chained = (next_intent, intent_written(chained, next_intent, chained_id[0]), "")
-    return RECORDED
-
-
-def _gate_answer(step: str, run: ItemRun, result):
-    """The step's output from the gate's answer when phase 2 did not record it."""
-    effect = result.effect
-    summary = _effect_summary(effect)
-    if result.blocked:
-        summary["blocked"] = result.blocked
+def _held_answer(step: str, run: ItemRun, recorded):
+    """The step's output when its key or slot is held by a row already (nothing was called)."""
+    effect = recorded.effect
+    summary = {**_effect_summary(effect), "blocked": recorded.blocked}
     if effect.state == EffectState.COMMITTED:
         return summary
     if effect.state == EffectState.SKIPPED:
         return {**summary, "skipped": f"review decided to skip ({effect.reviewed_by})"}
-    if effect.state == EffectState.FAILED:
-        why = "slot taken by another payload (conflict)" if result.blocked == "conflict" else effect.last_error
-        phase_fail(run, kind="channel_refused" if not result.blocked else "conflict", message=f"{step}: {why}")
+    if effect.state == EffectState.FAILED:  # a failed row holding the slot: another payload's
+        phase_fail(run, kind="conflict", message=f"{step}: slot taken by another payload (conflict)")
         return WAIT
     phase_wait(run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
                reason=f"{step}: outcome unknown — {effect.last_error or 'another attempt is in flight'}")

@@ -8,7 +8,7 @@ from ticketagent.eventlog.append import event_append, events_append
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.services import ServiceError
 from ticketagent.services.tasks import task_locked, task_maybe_finish
-from ticketagent.window import window_refill
+from ticketagent.signals import items_runnable
 
 # A failed item is retried or skipped by an operator while its task waits for a
 # person or runs; a suspended or paused task is resumed instead (its dry-run
@@ -127,5 +127,5 @@ def items_requeue(task: Task, items: list[Item], *, actor: str, why: str) -> lis
         event_append(task_id=task.pk, type=EventType.TASK_STATUS, actor=actor, payload={"status": task.status})
     refs = [(item.pk, item.attempt) for item in items]
     if task.status in ACTIVE_TASK_STATUSES and refs:
-        window_refill(task.pk)
+        items_runnable.send(sender=Task, task_id=task.pk, front=False)
     return refs

@@ -8,7 +8,7 @@ import time
 
 from django.conf import settings
 
-from ledger.channels.registry import get_channel
+from ticketagent.channels.registry import get_channel
 from ticketagent.services import ServiceError
 from ticketagent.sources.helpdesk import helpdesk_summary
 

@@ -15,7 +15,7 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, ItemStatu
 from ticketagent.plan import PLAN_VERSION, STEPS
 from ticketagent.services import ServiceError
 from ticketagent.services.item_rows import items_insert
-from ticketagent.window import window_refill, window_withdraw
+from ticketagent.signals import items_runnable, task_stopping
 
 
 def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_close: bool = False,
@@ -40,8 +40,13 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
         event_append(task_id=task.pk, type=EventType.PLANNED, actor=actor, payload={
             "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION, "steps": [s.name for s in STEPS],
         })
-        window_refill(task.pk, front=True)  # a new task starts at the next free worker
+        items_runnable.send(sender=Task, task_id=task.pk, front=True)  # a new task starts at the next free worker
     return task
+
+
+def _withdrawn(task: Task) -> int:
+    """Inside the transaction stopping `task`: scheduling takes its waiting jobs back; how many."""
+    return sum(n or 0 for _, n in task_stopping.send(sender=Task, task_id=task.pk))
 
 
 def task_locked(task_id: int) -> Task:
@@ -82,7 +87,7 @@ def task_pause(*, task_id: int, actor: str) -> Task:
         task.status = TaskStatus.PAUSED
         task.status_reason = f"paused by {actor}"
         task.save()
-        withdrawn = window_withdraw(task.pk)  # its waiting jobs leave Redis; resume sends the items again
+        withdrawn = _withdrawn(task)  # its waiting jobs leave Redis; resume sends the items again
         event_append(task_id=task.pk, type=EventType.PAUSED, actor=actor, payload={"withdrawn_jobs": withdrawn})
     return task
 
@@ -98,7 +103,7 @@ def task_cancel(*, task_id: int, actor: str) -> Task:
         task.save()
         # Under the task's lock no worker can lease one of these meanwhile,
         # and a job popped before this commits finds the task cancelled.
-        withdrawn = window_withdraw(task.pk)
+        withdrawn = _withdrawn(task)
         skipped = list(task.items.filter(status=ItemStatus.QUEUED).values_list("pk", flat=True))
         task.items.filter(status=ItemStatus.QUEUED).update(
             status=ItemStatus.SKIPPED, last_error="task cancelled", finished_at=timezone.now())

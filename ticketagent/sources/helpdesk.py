@@ -4,7 +4,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from ledger.channels.registry import helpdesk_kind
+from ticketagent.channels.registry import helpdesk_kind
 from ticketagent.sources import SourceError
 from ticketagent.sources import rt as rt_source
 from ticketagent.sources import zendesk as zendesk_source

@@ -15,7 +15,7 @@ import html
 import re
 
 from ledger.channels.redact import redact
-from ledger.channels.rt_rest import PER_PAGE, SYSTEM, Reader, RTConfig, Unanswered, answered_by, rt_message
+from ticketagent.channels.rt_rest import PER_PAGE, SYSTEM, Reader, RTConfig, Unanswered, answered_by, rt_message
 from ticketagent.sources import SourceError
 
 # RT's numeric priority -> the upload's priority (RT 5 shows 0 as Low, 50 as Medium, 100 as High)

@@ -34,7 +34,7 @@ import re
 from urllib.parse import urlencode
 
 from ledger.channels.redact import redact
-from ledger.channels.zendesk_api import API, MAX_PAGE_SIZE, PageError, ZendeskConfig, iter_pages, make_client
+from ticketagent.channels.zendesk_api import API, MAX_PAGE_SIZE, PageError, ZendeskConfig, iter_pages, make_client
 from ticketagent.sources import SourceError
 
 SEARCH_LIMIT = 1000  # "The Search API returns up to 1,000 results per query"

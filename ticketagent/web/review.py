@@ -11,7 +11,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.channels.registry import lookup_channel_names
+from ledger.channels import lookup_channel_names
 from ledger.models import Effect
 from ledger.services import ReviewError, effect_reconcile, effect_review
 from ticketagent.models import Item

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from django.core.paginator import Paginator
 from django.db.models import Count
 
-from ledger.channels.registry import get_channel
 from ledger.models import Effect, EffectState, EffectTransition
+from ticketagent.channels.registry import get_channel
 from ticketagent.eventlog.merged import transition_payload
 from ticketagent.models import AUDIT_EVENTS, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.web.selectors import effects_with_owners

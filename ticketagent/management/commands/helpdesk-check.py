@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from ledger.channels.registry import get_channel
+from ticketagent.channels.registry import get_channel
 from ticketagent.sources.helpdesk import helpdesk_summary
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.channels.rt_setup import DEFAULT_GROUP, SetupError, rt_datafile
+from ticketagent.channels.rt_setup import DEFAULT_GROUP, SetupError, rt_datafile
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """Talking to the Zendesk Support API: the client from settings, one Retry-After wait, all pages, errors in words.
 
-Shared by the Zendesk channel (`ledger.channels.zendesk`) and by anything
+Shared by the Zendesk channel (`ticketagent.channels.zendesk`) and by anything
 else that reads Zendesk, such as the product's ticket source. Every request
 goes through `ledger.channels.http.HttpClient`, so a caller still tells
 "never sent" (`NotSent`) from "sent, no answer" (`NoAnswer`) from "answered".

@@ -58,7 +58,7 @@ from django.conf import settings
 from ledger.channels.base import Abilities, Channel, LookupResult, committed, failed, unknown
 from ledger.channels.http import Answer, NoAnswer, NotSent
 from ledger.channels.redact import redact
-from ledger.channels.zendesk_api import (
+from ticketagent.channels.zendesk_api import (
     API,
     MAX_PAGE_SIZE,
     PageError,

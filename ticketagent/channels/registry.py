@@ -1,16 +1,17 @@
 """Which adapter serves each channel: `helpdesk` by HELPDESK_KIND (rest, rt, zendesk), `email` by SMTP.
 
-The action table (`ledger.actions`) names a channel per action; this module
-turns that name into the configured adapter.
+The action table (`ticketagent.actions`) names a channel per action; this
+module turns that name into the configured adapter. The setting
+LEDGER_CHANNELS tells the ledger to ask `get_channel` here.
 """
 
 from django.conf import settings
 
 from ledger.channels.base import Channel, ChannelError
-from ledger.channels.rest import RestHelpdeskChannel
-from ledger.channels.rt import RTChannel
-from ledger.channels.smtp import EmailChannel
-from ledger.channels.zendesk import ZendeskChannel
+from ticketagent.channels.rest import RestHelpdeskChannel
+from ticketagent.channels.rt import RTChannel
+from ticketagent.channels.smtp import EmailChannel
+from ticketagent.channels.zendesk import ZendeskChannel
 
 HELPDESK_KINDS: dict[str, type[Channel]] = {"rest": RestHelpdeskChannel, "rt": RTChannel, "zendesk": ZendeskChannel}
 CHANNEL_NAMES = ("helpdesk", "email")
@@ -32,8 +33,3 @@ def get_channel(name: str) -> Channel:
     except KeyError:
         raise ChannelError(f"HELPDESK_KIND={kind!r} is not one of: {', '.join(sorted(HELPDESK_KINDS))}") from None
     return cls()
-
-
-def lookup_channel_names() -> list[str]:
-    """The channels whose unknown effects reconcile can settle."""
-    return [name for name in CHANNEL_NAMES if get_channel(name).supports_lookup]

@@ -25,7 +25,7 @@ right, the queue and the user.
 import uuid
 
 from ledger.channels.redact import redact
-from ledger.channels.rt_rest import SYSTEM, Reader, RTConfig, Unanswered, answered_by, rt_message
+from ticketagent.channels.rt_rest import SYSTEM, Reader, RTConfig, Unanswered, answered_by, rt_message
 
 MAX_QUEUES = 20  # queues checked one by one (the rest: only that they are visible)
 # The rights the agent's RT user needs in every queue it acts in (docs/channels.md, `manage.py rt-setup`).

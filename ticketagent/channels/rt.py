@@ -37,8 +37,8 @@ import re
 from django.conf import settings
 
 from ledger.channels.base import Abilities, CallResult, Channel, LookupResult, committed, failed, unknown
-from ledger.channels.rt_check import run_checks
-from ledger.channels.rt_rest import (
+from ticketagent.channels.rt_check import run_checks
+from ticketagent.channels.rt_rest import (
     SYSTEM,
     Attempt,
     Reader,

@@ -22,7 +22,7 @@ does not exist.
 
 import re
 
-from ledger.channels.rt_check import ESCALATION_RIGHTS, QUEUE_RIGHTS
+from ticketagent.channels.rt_check import ESCALATION_RIGHTS, QUEUE_RIGHTS
 
 DEFAULT_GROUP = "Ticket agents"
 OWNER_RIGHTS = ("OwnTicket",)  # for the escalation owner, in every queue named
