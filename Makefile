@@ -112,7 +112,7 @@ sandbox: $(STAMP)
 	$(PY) -m sandbox --db var/sandbox.sqlite3
 
 bench: $(DEV_STAMP)
-	$(PY) scripts/run.py manage bench
+	$(PY) scripts/run.py ops bench
 
 clean:
 	if [ -d var ]; then find var -mindepth 1 -maxdepth 1 ! -name model -exec rm -rf {} +; fi

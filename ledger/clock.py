@@ -16,3 +16,9 @@ def db_now() -> dt.datetime:
     with connection.cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")
         return cursor.fetchone()[0]
+
+
+# Past every bound an unknown's settle time counts (a call's timeouts, a
+# gateway's upstream timeout, the old holder's lease): scheduling and clock
+# rates between the processes that compare them.
+SETTLE_MARGIN_SECONDS = 2.0

@@ -33,11 +33,12 @@ from django.utils import timezone
 from ledger.actions import action_spec
 from ledger.channels import get_channel
 from ledger.channels.base import CallResult, Channel, Expired, call_deadline, committed, unknown
+from ledger.clock import SETTLE_MARGIN_SECONDS
 from ledger.faults import crash_point
 from ledger.keys import Intent
 from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Effect, EffectState
 from ledger.signals import effect_changed
-from ledger.statements import SETTLE_MARGIN_SECONDS, insert_intent, record_outcome, record_transition
+from ledger.statements import insert_intent, record_outcome, record_transition
 
 
 class ApprovalRequired(Exception):

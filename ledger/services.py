@@ -6,9 +6,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.channels import get_channel
-from ledger.clock import db_now
+from ledger.clock import SETTLE_MARGIN_SECONDS, db_now
 from ledger.models import Effect, EffectState, ResolvedBy, Verdict
-from ledger.statements import SETTLE_MARGIN_SECONDS, record_transition
+from ledger.statements import record_transition
 
 
 class ReviewError(Exception):

@@ -16,11 +16,6 @@ from ledger.keys import Intent
 from ledger.models import Effect, EffectState, EffectTransition
 from ledger.signals import effect_changed
 
-# Past every bound an unknown's settle time counts (a call's timeouts, a
-# gateway's upstream timeout, the old holder's lease): scheduling and clock
-# rates between the processes that compare them.
-SETTLE_MARGIN_SECONDS = 2.0
-
 
 def announce(effect: Effect, event: str, *, actor: str, note: str, from_state: str) -> None:
     """Tell the owner of a change whose transition is already written (`recorded=True`: not to be copied)."""

@@ -1,7 +1,8 @@
 """Operational tools: the kill test and the benchmarks; they drive the product from outside.
 
-Nothing in the request or worker path imports them. A Django app only so that
-`manage.py killtest` and `manage.py bench` find their commands here.
+Nothing in the request or worker path imports them, and the product's
+settings do not install them: `python -m ops killtest` and `python -m ops
+bench` run on `ops.settings` (the product's, plus this app).
 
     processes   start, watch and stop child processes (also used by `make run`
                 and the test suite's fixtures)

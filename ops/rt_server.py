@@ -10,7 +10,7 @@
     stop_rt_server(server)              # nothing left running, temp dir removed
 
 The helpdesk tests (fixture ``rt_server`` in tests/helpdesks/conftest.py) and
-``manage.py killtest --channel rt`` (ops/killtest/) start it.
+``python -m ops killtest --channel rt`` (ops/killtest/) start it.
 
 How it is put together (every step is a fact checked against RT 5.0.3 on Debian 12):
 

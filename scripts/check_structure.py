@@ -13,6 +13,22 @@ Outside ``tests/`` and migrations:
   functions too (an import hidden in a function is still a dependency);
   imports under ``if TYPE_CHECKING:`` do not run and are not counted.
 
+And the architecture's never-rules (`docs/design.md`, "Layers"):
+
+* the ledger imports nothing of ``ticketagent`` (nor ``ops``, ``sandbox``)
+  and names no action of the owner's table and no ticket in its code
+  (docstrings and comments apart): its owner registers actions and channels;
+* the pipeline and the services import nothing of scheduling
+  (``ticketagent.jobs``, ``window``, ``recovery``, ``runner``, ``rqworker``)
+  nor rq / django_rq / redis: they tell it by signals;
+* the gate's public surface is its three calls (plus ``intent_prepare``
+  and ``effect_run``, the three in a row); no ledger function takes a
+  callable; the names of the folded protocol (``Fence``, ``Rider``,
+  ``effect_call``, ``outcome_fence``, ``fold``) are defined nowhere;
+* ``ledger.statements`` (the ledger's hand-written SQL) is imported only
+  inside the ledger, and the pipeline runs no SQL of its own;
+* no ``connection.vendor`` branch: PostgreSQL is the one database.
+
 An exception, where one is truly better, goes in EXCEPTIONS below with its
 reason. Exit status 1 on any breach, listing each with file and line.
 """
@@ -206,6 +222,96 @@ def cycles(modules: dict[str, Module]) -> list[list[str]]:
     return found
 
 
+SCHEDULING = ("ticketagent.jobs", "ticketagent.window", "ticketagent.recovery", "ticketagent.runner",
+              "ticketagent.rqworker")
+QUEUE_LIBRARIES = ("rq", "django_rq", "redis")
+GATE_SURFACE = {"intent_prepare", "intent_record", "effect_perform", "outcome_record", "effect_run"}
+GONE = {"Fence", "Rider", "effect_call", "outcome_fence", "fold", "intent_commit", "lease_fence"}
+
+
+def _registered_actions() -> set[str]:
+    """The action names of the owner's table (`ticketagent/actions.py`: `ActionSpec("name", …)`)."""
+    tree = ast.parse((ROOT / "ticketagent" / "actions.py").read_text())
+    return {node.args[0].value for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "ActionSpec" and node.args
+            and isinstance(node.args[0], ast.Constant)}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def _external_imports(module: Module) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.lineno, node.module.split(".")[0]))
+    return found
+
+
+def _ledger_names(module: Module, actions: set[str]) -> list[Breach]:
+    """What of its owner the ledger's code names: an action, a ticket."""
+    breaches, docs = [], _docstrings(module.tree)
+    for node in ast.walk(module.tree):
+        words = []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            words = [node.value]
+        elif isinstance(node, ast.Name):
+            words = [node.id]
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            words = [node.name]
+        for word in words:
+            named = sorted(a for a in actions if a in word) + (["ticket"] if "ticket" in word.lower() else [])
+            if named:
+                breaches.append(Breach(module.rel, node.lineno, "the ledger names its owner", f"{word[:60]!r}"))
+                break
+    return breaches
+
+
+def architecture(modules: dict[str, Module]) -> list[Breach]:
+    breaches: list[Breach] = []
+    actions = _registered_actions()
+    for module in modules.values():
+        name, rel = module.name, module.rel
+        if name.split(".")[0] == "ledger":
+            for target, line in module.imports.items():
+                if target.split(".")[0] in ("ticketagent", "ops", "sandbox"):
+                    breaches.append(Breach(rel, line, "the ledger imports its owner", target))
+            breaches += _ledger_names(module, actions)
+        if name.startswith(("ticketagent.pipeline", "ticketagent.services")):
+            for target, line in module.imports.items():
+                if target.startswith(SCHEDULING):
+                    breaches.append(Breach(rel, line, "the pipeline or a service imports scheduling", target))
+            for line, top in _external_imports(module):
+                if top in QUEUE_LIBRARIES:
+                    breaches.append(Breach(rel, line, "the pipeline or a service imports the queue", top))
+        if "ledger.statements" in module.imports and name.split(".")[0] != "ledger":
+            breaches.append(Breach(rel, module.imports["ledger.statements"], "the ledger's SQL used outside it",
+                                   "ledger.statements"))
+        for node in ast.walk(module.tree):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in GONE:
+                breaches.append(Breach(rel, node.lineno, "the folded protocol is back", node.name))
+            if (isinstance(node, ast.Attribute) and node.attr == "vendor"
+                    and getattr(node.value, "id", "") == "connection"):
+                breaches.append(Breach(rel, node.lineno, "a database vendor branch", "connection.vendor"))
+            if (name.startswith("ticketagent.pipeline") and isinstance(node, ast.Attribute) and node.attr == "cursor"
+                    and getattr(node.value, "id", "") == "connection"):
+                breaches.append(Breach(rel, node.lineno, "the pipeline runs SQL of its own", "cursor()"))
+            if (name.split(".")[0] == "ledger" and isinstance(node, ast.arg) and node.annotation is not None
+                    and "Callable" in ast.unparse(node.annotation)):
+                breaches.append(Breach(rel, node.lineno, "a ledger function takes a callable", node.arg))
+        if name == "ledger.gate":
+            public = {node.name for node in module.tree.body if isinstance(node, ast.FunctionDef)
+                      and not node.name.startswith("_")}
+            for extra in sorted(public - GATE_SURFACE):
+                breaches.append(Breach(rel, 1, "the gate's surface grew", f"{extra}()"))
+    return breaches
+
+
 def check() -> list[Breach]:
     paths = project_files()
     known = {module_name(p) for p in paths}
@@ -229,6 +335,7 @@ def check() -> list[Breach]:
         chain = " -> ".join(f"{m} (line {modules[m].imports.get(n, '?')})"
                             for m, n in zip(component, [*component[1:], component[0]], strict=True))
         breaches.append(Breach(first.rel, 1, "import cycle", chain))
+    breaches += architecture(modules)
     return sorted(breaches, key=lambda b: (b.path, b.line))
 
 

@@ -5,6 +5,7 @@
                             sandbox, worker (WORKERS of them), sweep and web
                             processes; Ctrl-C (or SIGTERM) stops everything
     run.py manage ARGS...   load .env, then exec ``manage.py ARGS``
+    run.py ops ARGS...      the same on ``ops.settings`` (killtest, bench)
                             (``make worker``, ``make recover``, ...)
 
 Environment (also read from ``.env``; variables already set win):
@@ -474,10 +475,10 @@ def run() -> int:
         raise
 
 
-def manage(args: list[str]) -> int:
+def manage(args: list[str], settings: str = "ticketagent.settings") -> int:
     load_env_file(ROOT / ".env")
     os.chdir(ROOT)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ticketagent.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", settings)
     os.execv(PY, [PY, MANAGE, *args])
     return 1  # not reached
 
@@ -485,6 +486,8 @@ def manage(args: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "manage":
         return manage(argv[1:])
+    if argv and argv[0] == "ops":  # the operator's tools: the product's settings plus the ops app
+        return manage(argv[1:], settings="ops.settings")
     if argv:
         print(__doc__, file=sys.stderr)
         return 2

@@ -25,6 +25,8 @@ os.environ.setdefault("HELPDESK_CHECK_BEFORE_TASKS", "false")  # tests compare t
 
 from ticketagent.settings import *  # noqa: E402,F403
 
+INSTALLED_APPS = [*INSTALLED_APPS, "ops"]  # noqa: F405  (the kill test's and the bench's commands are tested)
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Pages are rendered without collectstatic: plain static names, found in the

@@ -64,7 +64,6 @@ INSTALLED_APPS = [
     "django_ratelimit",
     "ledger",
     "ticketagent",
-    "ops",
 ]
 
 MIDDLEWARE = [

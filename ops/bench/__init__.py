@@ -1,4 +1,4 @@
-"""Benchmarks: what durability costs, measured side by side (`manage.py bench`). See docs/benchmarks.md.
+"""Benchmarks: what durability costs, measured side by side (`python -m ops bench`). See docs/benchmarks.md.
 
     runner        one run: what the sections share, the sections in order
     overhead      figure 1: the durable pipeline vs `naive`, the same work without durability

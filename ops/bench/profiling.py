@@ -1,4 +1,4 @@
-"""`manage.py bench --profile`: cProfile reports of a section, or of the pipeline run in this process."""
+"""`python -m ops bench --profile`: cProfile reports of a section, or of the pipeline run in this process."""
 
 from __future__ import annotations
 

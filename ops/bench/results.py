@@ -51,7 +51,7 @@ class Results:
         return "\n".join(f"- **{k}**: {v}" for k, v in m.items() if k != "command")
 
     def markdown(self) -> str:
-        parts = [f"Run: `{self.machine.get('command', 'manage.py bench')}` — sizes **{self.sizes.name}**, "
+        parts = [f"Run: `{self.machine.get('command', 'python -m ops bench')}` — sizes **{self.sizes.name}**, "
                  f"{self.seconds:.0f} s wall time.", "", self.machine_block(), "", self.table()]
         if self.notes:
             parts += ["", *[f"- {n}" for n in self.notes]]

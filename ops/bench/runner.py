@@ -1,4 +1,4 @@
-"""The benchmark run (`manage.py bench`): what the figures share, the chosen sections in order, the results.
+"""The benchmark run (`python -m ops bench`): what the figures share, the chosen sections in order, the results.
 
 Every figure is a ratio or a distribution taken in the same run, so a busy
 machine slows both sides of a comparison alike. Nothing here asserts a

@@ -1,4 +1,4 @@
-"""The kill test: "nothing twice, nothing lost" under SIGKILL (`manage.py killtest`).
+"""The kill test: "nothing twice, nothing lost" under SIGKILL (`python -m ops killtest`).
 
 A harness that runs batches through real worker processes while killing
 them, then compares what the sandbox helpdesk received with the ledger:

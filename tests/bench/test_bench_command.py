@@ -1,4 +1,4 @@
-"""Smoke test of `manage.py bench` with tiny sizes: the sections run and the
+"""Smoke test of `python -m ops bench` with tiny sizes: the sections run and the
 table comes out. No timing is asserted: the figures are the benchmark's
 business (docs/benchmarks.md), not the test suite's."""
 
@@ -61,7 +61,7 @@ def test_the_doc_keeps_its_prose_and_replaces_the_table(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"# Benchmarks\n\nprose before\n\n{BEGIN}\nold table\n{END}\n\nprose after\n")
     results = Results(sizes=TINY, rows=[Row("1", "figure", "result", "target", True)],
-                      machine={"command": "manage.py bench", "CPU": "test"})
+                      machine={"command": "python -m ops bench", "CPU": "test"})
     write_doc(doc, results)
     text = doc.read_text()
     assert "prose before" in text and "prose after" in text and "old table" not in text

@@ -11,11 +11,10 @@ import pytest
 
 from ledger import services
 from ledger.channels.base import Channel
-from ledger.clock import db_now
+from ledger.clock import SETTLE_MARGIN_SECONDS, db_now
 from ledger.faults import SimulatedCrash, arm
 from ledger.models import Effect, EffectState, ResolvedBy, Verdict
 from ledger.services import effect_reconcile, effect_review, effects_mark_unknown, reconcile_not_before
-from ledger.statements import SETTLE_MARGIN_SECONDS
 from ticketagent.channels import registry
 from ticketagent.channels.rest import RestHelpdeskChannel
 

@@ -14,10 +14,9 @@ import pytest
 
 from ledger import services
 from ledger.channels.http import AnswerCut, HttpClient, call
-from ledger.clock import db_now
+from ledger.clock import SETTLE_MARGIN_SECONDS, db_now
 from ledger.models import Effect, EffectState, Verdict
 from ledger.services import effect_reconcile, reconcile_not_before
-from ledger.statements import SETTLE_MARGIN_SECONDS
 
 from .helpers import run_notify
 

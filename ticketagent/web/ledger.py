@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.views.decorators.http import require_GET
 
-from ledger.statements import SETTLE_MARGIN_SECONDS
+from ledger.clock import SETTLE_MARGIN_SECONDS
 from ticketagent.actions import ACTIONS
 from ticketagent.channels.registry import get_channel
 from ticketagent.web.access import login_required, render_page

@@ -1,1 +1,1 @@
-"""`manage.py killtest` and `manage.py bench`."""
+"""`python -m ops killtest` and `python -m ops bench`."""

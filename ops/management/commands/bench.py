@@ -1,4 +1,4 @@
-"""`manage.py bench`: what durability costs, measured side by side.
+"""`python -m ops bench`: what durability costs, measured side by side.
 
 The command never benchmarks the database you work in. It runs in two
 steps:
@@ -198,7 +198,7 @@ class Command(BaseCommand):
         bench = Bench(sizes=sizes, only=only, out=self.stdout, profile=profile, reuse_dataset=not opts["fresh_dataset"])
         results = bench.run()
         flags = ["--full" if sizes.name == "full" else "", f"--only {opts['only']}" if opts["only"] else ""]
-        results.machine = {"command": " ".join(["manage.py bench", *filter(None, flags)]), **results.machine}
+        results.machine = {"command": " ".join(["python -m ops bench", *filter(None, flags)]), **results.machine}
         self.stdout.write("")
         self.stdout.write(results.markdown())
         raw = write_raw(results)

@@ -1,4 +1,4 @@
-"""`manage.py killtest`: the kill test from the command line (docs/reliability.md)."""
+"""`python -m ops killtest`: the kill test from the command line (docs/reliability.md)."""
 
 import random
 import sys
