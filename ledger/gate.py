@@ -70,13 +70,13 @@ class GateResult:
 
 
 def intent_prepare(*, action: str, payload: dict, owner_task: str, owner_item: str, owner_step: str,
-                   lease_token: str, authorized_by: str = "", summary: str = "") -> Intent:
+                   claim_token: str, authorized_by: str = "", summary: str = "") -> Intent:
     """What `intent_record` will write, with its key and slot (no database work)."""
     spec = action_spec(action)
     if spec.needs_approval and not authorized_by:
         raise ApprovalRequired(f"{action} is irreversible and needs a recorded approval")
     return Intent.build(spec=spec, payload=payload, owner_task=owner_task, owner_item=owner_item,
-                        owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by, summary=summary)
+                        owner_step=owner_step, claim_token=claim_token, authorized_by=authorized_by, summary=summary)
 
 
 def _in_transaction() -> bool:
@@ -146,13 +146,13 @@ def _retry(existing: Effect, intent: Intent) -> Effect:
     from_state = existing.state
     existing.state = EffectState.INTENT
     existing.attempts += 1
-    existing.lease_token = intent.lease_token
+    existing.claim_token = intent.claim_token
     existing.intent_at = timezone.now()
     existing.outcome_at = existing.answered = existing.settle_after = None
     existing.last_error = ""
     existing.authorized_by = intent.authorized_by or existing.authorized_by
     existing.save()
-    record_transition(existing, from_state, "EFFECT_RETRY", actor=intent.lease_token,
+    record_transition(existing, from_state, "EFFECT_RETRY", actor=intent.claim_token,
                       note=f"attempt {existing.attempts} with the same key")
     return existing
 
@@ -161,10 +161,10 @@ def _record_blocked(existing: Effect, kind: str, intent: Intent) -> None:
     BlockedDuplicate.objects.create(
         effect=existing, kind=kind, idempotency_key=intent.key, payload_hash=intent.p_hash,
         payload_summary=intent.summary, owner_task=intent.owner_task, owner_item=intent.owner_item,
-        owner_step=intent.owner_step, lease_token=intent.lease_token, existing_state=existing.state,
+        owner_step=intent.owner_step, claim_token=intent.claim_token, existing_state=existing.state,
     )
     effect_changed.send(
-        sender=Effect, effect=existing, event="EFFECT_BLOCKED", actor=intent.lease_token,
+        sender=Effect, effect=existing, event="EFFECT_BLOCKED", actor=intent.claim_token,
         note=f"{kind}: the {existing.state} effect already holds this {'key' if kind == 'duplicate' else 'slot'}",
         from_state=existing.state,
     )
@@ -227,7 +227,7 @@ def outcome_record(intent: Intent, effect: Effect, result: CallResult) -> bool:
         transaction.on_commit(lambda: crash_point("after_commit"))
         return True
     effect.refresh_from_db()
-    effect_changed.send(sender=Effect, effect=effect, event="EFFECT_FENCED", actor=intent.lease_token,
+    effect_changed.send(sender=Effect, effect=effect, event="EFFECT_FENCED", actor=intent.claim_token,
                         note=f"the caller's token saw {result.state}: {result.error or result.external_ref}",
                         from_state=effect.state)
     return False
@@ -236,12 +236,12 @@ def outcome_record(intent: Intent, effect: Effect, result: CallResult) -> bool:
 # --- the three in a row ----------------------------------------------------------------------
 
 
-def effect_run(*, action: str, payload: dict, owner_task: str, owner_item: str, owner_step: str, lease_token: str,
+def effect_run(*, action: str, payload: dict, owner_task: str, owner_item: str, owner_step: str, claim_token: str,
                authorized_by: str = "", channel: Channel | None = None, deadline: float | None = None) -> GateResult:
     """The three calls, each in a transaction of its own: for a caller with
     no claim to check and no recovery point to write beside them."""
     intent = intent_prepare(action=action, payload=payload, owner_task=owner_task, owner_item=owner_item,
-                            owner_step=owner_step, lease_token=lease_token, authorized_by=authorized_by)
+                            owner_step=owner_step, claim_token=claim_token, authorized_by=authorized_by)
     with transaction.atomic():
         recorded = intent_record(intent)
     effect = recorded.effect

@@ -39,7 +39,7 @@ class Intent:
     owner_task: str
     owner_item: str
     owner_step: str
-    lease_token: str
+    claim_token: str
     authorized_by: str
     p_hash: str
     key: str
@@ -48,12 +48,12 @@ class Intent:
 
     @classmethod
     def build(cls, *, spec: ActionSpec, payload: dict, owner_task: str, owner_item: str, owner_step: str,
-              lease_token: str, authorized_by: str, summary: str = "") -> "Intent":
+              claim_token: str, authorized_by: str, summary: str = "") -> "Intent":
         p_hash = payload_hash(payload)
         key = idempotency_key(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
                               action=spec.name, p_hash=p_hash)
         slot = slot_for(owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
                         action=spec.name) if spec.slotted else None
         return cls(spec=spec, payload=payload, owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
-                   lease_token=lease_token, authorized_by=authorized_by, p_hash=p_hash, key=key, slot=slot,
+                   claim_token=claim_token, authorized_by=authorized_by, p_hash=p_hash, key=key, slot=slot,
                    summary=(summary or summarize(payload))[:300])

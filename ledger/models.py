@@ -57,9 +57,9 @@ class Effect(models.Model):
     owner_task = models.CharField(max_length=64, db_index=True)
     owner_item = models.CharField(max_length=64, db_index=True)
     owner_step = models.CharField(max_length=64)
-    # The lease token of the caller that holds the current attempt (its fence):
-    # an outcome reported under any other token is refused.
-    lease_token = models.CharField(max_length=64, blank=True)
+    # The claim token of the owner's current attempt (the pipeline passes its
+    # lease token): an outcome reported under any other token is refused.
+    claim_token = models.CharField(max_length=64, blank=True)
 
     payload = models.JSONField()
     payload_hash = models.CharField(max_length=64)
@@ -164,7 +164,7 @@ class BlockedDuplicate(models.Model):
     owner_task = models.CharField(max_length=64, db_index=True)
     owner_item = models.CharField(max_length=64)
     owner_step = models.CharField(max_length=64)
-    lease_token = models.CharField(max_length=64, blank=True)
+    claim_token = models.CharField(max_length=64, blank=True)
     existing_state = models.CharField(max_length=16)
     at = models.DateTimeField(auto_now_add=True)
 

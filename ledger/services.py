@@ -45,13 +45,13 @@ def effects_mark_unknown(*, owner_item: str, actor: str, note: str, claim_ended_
     return changed
 
 
-def effect_not_sent(*, effect_id: int, holder: str, actor: str, note: str) -> bool:
+def effect_not_sent(*, effect_id: int, claim_token: str, actor: str, note: str) -> bool:
     """Inside the caller's transaction: an `intent` whose call provably never
-    left (its holder stopped before sending: its claim was in doubt) becomes
+    left (its claim's holder stopped before sending: its claim was in doubt) becomes
     `failed` -- the next attempt retries it with the same key. Only while the
-    row is still that holder's intent; True when it was."""
+    row is still that claim's intent; True when it was."""
     effect = (Effect.objects.select_for_update(no_key=True)
-              .filter(pk=effect_id, state=EffectState.INTENT, lease_token=holder).first())
+              .filter(pk=effect_id, state=EffectState.INTENT, claim_token=claim_token).first())
     if effect is None:
         return False
     effect.state = EffectState.FAILED

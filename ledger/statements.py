@@ -71,7 +71,7 @@ def intent_row(intent: Intent, now) -> tuple[Effect, list, list]:
     effect = Effect(
         idempotency_key=intent.key, slot=intent.slot, action=spec.name, effect_class=spec.effect_class,
         channel=spec.channel, state=EffectState.INTENT, attempts=1, owner_task=intent.owner_task,
-        owner_item=intent.owner_item, owner_step=intent.owner_step, lease_token=intent.lease_token,
+        owner_item=intent.owner_item, owner_step=intent.owner_step, claim_token=intent.claim_token,
         payload=intent.payload, payload_hash=intent.p_hash, payload_summary=intent.summary,
         authorized_by=intent.authorized_by, intent_at=now,
     )
@@ -86,7 +86,7 @@ def insert_intent(intent: Intent, now) -> Effect | None:
     quote = connection.ops.quote_name
     sql = (f"INSERT INTO {quote(Effect._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
            f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING RETURNING {quote('id')}")
-    if not write_with_transition(sql, values, effect, "", "EFFECT_INTENT", actor=intent.lease_token,
+    if not write_with_transition(sql, values, effect, "", "EFFECT_INTENT", actor=intent.claim_token,
                                  note=effect.payload_summary):
         return None
     effect._state.adding, effect._state.db = False, connection.alias
@@ -95,7 +95,7 @@ def insert_intent(intent: Intent, now) -> Effect | None:
 
 def record_outcome(effect: Effect, intent: Intent, result, *, settle_seconds: float | None = None) -> bool:
     """The outcome and its transition, if the row is still `intent` under this
-    caller's lease token. True when it was written. The row is then what the
+    caller's claim token. True when it was written. The row is then what the
     intent left plus this outcome, so it is not read back. `settle_seconds`:
     for an unknown that may land still, its settle time is the database's now
     plus that many seconds."""
@@ -107,7 +107,7 @@ def record_outcome(effect: Effect, intent: Intent, result, *, settle_seconds: fl
     settle = (f", {quote('settle_after')} = clock_timestamp() + %s * interval '1 second'"
               if settle_seconds is not None else "")
     sql = (f"UPDATE {quote(Effect._meta.db_table)} SET {', '.join(f'{quote(f.column)} = %s' for f in fields)}"
-           f"{settle} WHERE {quote('id')} = %s AND {quote('state')} = %s AND {quote('lease_token')} = %s "
+           f"{settle} WHERE {quote('id')} = %s AND {quote('state')} = %s AND {quote('claim_token')} = %s "
            f"RETURNING id")
     params = [f.get_db_prep_save(outcome[f.name], connection) for f in fields]
     if settle_seconds is not None:
@@ -115,8 +115,8 @@ def record_outcome(effect: Effect, intent: Intent, result, *, settle_seconds: fl
     before = {name: getattr(effect, name) for name in outcome}
     for name, value in outcome.items():
         setattr(effect, name, value)
-    written = write_with_transition(sql, [*params, effect.pk, EffectState.INTENT, intent.lease_token], effect,
-                                    EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=intent.lease_token,
+    written = write_with_transition(sql, [*params, effect.pk, EffectState.INTENT, intent.claim_token], effect,
+                                    EffectState.INTENT, f"EFFECT_{result.state.upper()}", actor=intent.claim_token,
                                     note=result.error or result.external_ref)
     if not written:
         for name, value in before.items():

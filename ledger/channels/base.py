@@ -97,7 +97,7 @@ class CallDeadline:
     def room_to_send(self, wait: float, what: str = "the request") -> None:
         left = self.time_left()
         if left < wait:
-            raise Expired(f"{what} not sent: {max(left, 0):.1f} s left of the caller's lease, "
+            raise Expired(f"{what} not sent: {max(left, 0):.1f} s left of the caller's claim, "
                           f"the answer may take {wait:.1f} s")
 
 

@@ -167,7 +167,7 @@ def _effects(task: Task, item: Item, st: str, base: dt.datetime, s: Sizes) -> li
             idempotency_key=key, action=action, effect_class=klass, channel=channel, state=state,
             slot=slot_for(owner_task=str(task.pk), owner_item=str(item.pk), owner_step=step, action=action)
             if klass == "once" else None,
-            owner_task=str(task.pk), owner_item=str(item.pk), owner_step=step, lease_token="x" * 32,
+            owner_task=str(task.pk), owner_item=str(item.pk), owner_step=step, claim_token="x" * 32,
             payload=payload, payload_hash=p_hash, payload_summary=summarize(payload),
             external_ref=f"{item.pk}-{j}" if state == "committed" else "", resolved_by=resolved,
             intent_at=at, last_error="ConnectionResetError after sending" if state == "unknown" else ""))
@@ -230,7 +230,7 @@ def top_up_effects(s: Sizes) -> None:
         rows.append(Effect(
             idempotency_key=idempotency_key(**owner, p_hash=p_hash), slot=slot_for(**owner), action="escalate",
             effect_class="once", channel="helpdesk", state="committed", owner_task=str(task_id),
-            owner_item=str(pk), owner_step="escalate", lease_token="x" * 32, payload=payload, payload_hash=p_hash,
+            owner_item=str(pk), owner_step="escalate", claim_token="x" * 32, payload=payload, payload_hash=p_hash,
             payload_summary=summarize(payload), external_ref=f"{pk}-e", intent_at=at))
     Effect.objects.bulk_create(rows, batch_size=2000)
 

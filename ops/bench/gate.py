@@ -100,13 +100,13 @@ def _variants(run_id: str, task: Task, items: list[Item]) -> dict[str, Callable[
 
     def gate_only(i: int) -> None:
         effect_run(action="notify_customer", payload=payload(i), owner_task=f"bench-{run_id}",
-                   owner_item=f"g{i}", owner_step="notify_customer", lease_token="bench", channel=stub)
+                   owner_item=f"g{i}", owner_step="notify_customer", claim_token="bench", channel=stub)
 
     def gate_wired(i: int) -> None:
         item = items[i]
         run = ItemRun(item=item, token="bench-gate", cursor=0, outputs={})  # the three calls as the pipeline makes them
         intent = intent_prepare(action="notify_customer", payload=payload(i), owner_task=str(task.pk),
-                                owner_item=str(item.pk), owner_step="notify_customer", lease_token="bench-gate")
+                                owner_item=str(item.pk), owner_step="notify_customer", claim_token="bench-gate")
         with phase(run):
             effect = intent_record(intent).effect
         result = effect_perform(intent, effect, channel=stub)
@@ -191,7 +191,7 @@ def _by_hand_sql() -> dict[str, str]:
     columns = ", ".join(qn(f.column) for f in fields)
     into = f"INSERT INTO {qn(EffectTransition._meta.db_table)} ({TRANSITION_COLUMNS})"
     outcome = (f"UPDATE {qn(Effect._meta.db_table)} SET state = %s, external_ref = %s, last_error = '', "
-               "answered = true, outcome_at = %s, updated_at = %s WHERE id = %s AND state = %s AND lease_token = %s "
+               "answered = true, outcome_at = %s, updated_at = %s WHERE id = %s AND state = %s AND claim_token = %s "
                "RETURNING id")
     # the pipeline's fence as one condition: the item still leased to this token, its row locked
     held = (f"EXISTS (SELECT 1 FROM {qn(Item._meta.db_table)} WHERE id = %s AND lease_token = %s AND status = %s "
@@ -218,7 +218,7 @@ def _intent_row(kind: str, run_id: str, i: int) -> tuple[list, str, str]:
                                         action="notify_customer", p_hash=p_hash),
         slot=f"{owner}/g{i}/notify_customer/notify_customer", action="notify_customer", effect_class="once",
         channel="stub", state=EffectState.INTENT, attempts=1, owner_task=owner, owner_item=f"g{i}",
-        owner_step="notify_customer", lease_token="bench", payload=body, payload_hash=p_hash,
+        owner_step="notify_customer", claim_token="bench", payload=body, payload_hash=p_hash,
         payload_summary=summarize(body), intent_at=timezone.now())
     fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
     values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]

@@ -94,7 +94,7 @@ class TestAnEffectStep:
             other = gate.intent_prepare(
                 action=effect_action("notify_customer", notify_channel=task.notify_channel),
                 payload={"ticket": item.ticket_id, "body": {"to": "x@example.com", "body": "old"}},
-                owner_task=str(task.pk), owner_item=item.ref, owner_step="notify_customer", lease_token="earlier")
+                owner_task=str(task.pk), owner_item=item.ref, owner_step="notify_customer", claim_token="earlier")
             with transaction.atomic():
                 effect = gate.intent_record(other).effect
             Effect.objects.filter(pk=effect.pk).update(state=EffectState.COMMITTED)

@@ -38,7 +38,7 @@ def task_name():
 
 def run(action, ticket, task, *, body=None, lease="worker-a", channel=None):
     return effect_run(action=action, payload={"ticket": str(ticket), "body": body or BODIES[action]},
-                      owner_task=task, owner_item="i1", owner_step=action, lease_token=lease, channel=channel,
+                      owner_task=task, owner_item="i1", owner_step=action, claim_token=lease, channel=channel,
                       authorized_by="operator" if action == "close_ticket" else "")
 
 

@@ -65,7 +65,7 @@ def test_the_data_file_sets_up_rt_so_the_check_passes_and_escalate_works(rt_serv
     assert channel.check() == []  # the ticket now shows the rights on it
     result = effect_run(action="escalate", payload={"ticket": str(ticket), "body": {"note": "second tier"}},
                         owner_task=f"setup-{fresh['tag']}", owner_item="i1", owner_step="escalate",
-                        lease_token="w", channel=channel)
+                        claim_token="w", channel=channel)
     assert result.state == EffectState.COMMITTED, result.effect.last_error
     now = rt.get(f"/ticket/{ticket}?fields[Queue]=Name", user="root", password=rt.admin_password).body
     assert now["Queue"]["Name"] == fresh["escalation"] and now["Priority"] == "100"

@@ -14,10 +14,10 @@ from ledger.models import Effect, EffectState, EffectTransition
 from ticketagent.channels.registry import get_channel
 
 
-def _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, lease_token, state, ref=""):
+def _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, claim_token, state, ref=""):
     effect, _ = Effect.objects.update_or_create(idempotency_key=key, defaults=dict(
         slot=slot, action=spec.name, effect_class=spec.effect_class, channel=spec.channel, state=state,
-        owner_task=owner_task, owner_item=owner_item, owner_step=owner_step, lease_token=lease_token, payload=payload,
+        owner_task=owner_task, owner_item=owner_item, owner_step=owner_step, claim_token=claim_token, payload=payload,
         payload_hash=p_hash, payload_summary=summarize(payload), intent_at=timezone.now(), external_ref=ref))
     return effect
 
@@ -32,7 +32,7 @@ def _prepare(action, payload, owner_task, owner_item, owner_step):
     return spec, p_hash, key, slot
 
 
-def no_intent(*, action, payload, owner_task, owner_item, owner_step, lease_token, fence=None, authorized_by="",
+def no_intent(*, action, payload, owner_task, owner_item, owner_step, claim_token, fence=None, authorized_by="",
               channel=None):
     """Calls first, records afterwards: a crash after the call forgets it happened."""
     spec, p_hash, key, slot = _prepare(action, payload, owner_task, owner_item, owner_step)
@@ -42,14 +42,14 @@ def no_intent(*, action, payload, owner_task, owner_item, owner_step, lease_toke
     crash_point("before_intent")
     result = (channel or get_channel(spec.channel)).perform(spec, payload, key)
     crash_point("after_call")
-    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, lease_token,
+    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, claim_token,
                      EffectState.COMMITTED if result.state != EffectState.FAILED else EffectState.FAILED,
                      result.external_ref)
     crash_point("after_commit")
     return GateResult(effect=effect, state=effect.state, called=True)
 
 
-def commit_before_call(*, action, payload, owner_task, owner_item, owner_step, lease_token, fence=None,
+def commit_before_call(*, action, payload, owner_task, owner_item, owner_step, claim_token, fence=None,
                        authorized_by="", channel=None):
     """Records success before calling: a crash before the call loses the effect."""
     spec, p_hash, key, slot = _prepare(action, payload, owner_task, owner_item, owner_step)
@@ -57,7 +57,7 @@ def commit_before_call(*, action, payload, owner_task, owner_item, owner_step, l
     if existing:
         return GateResult(effect=existing, state=existing.state, blocked="duplicate")
     crash_point("before_intent")
-    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, lease_token,
+    effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, claim_token,
                      EffectState.COMMITTED)
     crash_point("after_intent")
     (channel or get_channel(spec.channel)).perform(spec, payload, key)
@@ -70,7 +70,7 @@ def _transition(effect: Effect, from_state: str, event: str, actor: str) -> None
                                     actor=actor)
 
 
-def unchecked_lease(*, action, payload, owner_task, owner_item, owner_step, lease_token, fence=None,
+def unchecked_lease(*, action, payload, owner_task, owner_item, owner_step, claim_token, fence=None,
                     authorized_by="", channel=None):
     """Intent, call, outcome in the right order, each phase one statement in
     autocommit, and never a look at the lease: a worker that wakes from a
@@ -87,17 +87,17 @@ def unchecked_lease(*, action, payload, owner_task, owner_item, owner_step, leas
             effect = Effect.objects.create(
                 idempotency_key=key, slot=slot, action=spec.name, effect_class=spec.effect_class,
                 channel=spec.channel, owner_task=owner_task, owner_item=owner_item, owner_step=owner_step,
-                lease_token=lease_token, payload=payload, payload_hash=p_hash, payload_summary=summarize(payload),
+                claim_token=claim_token, payload=payload, payload_hash=p_hash, payload_summary=summarize(payload),
                 intent_at=timezone.now())
         except IntegrityError:
             taken = Effect.objects.filter(idempotency_key=key).first() or Effect.objects.get(slot=slot)
             return GateResult(effect=taken, state=taken.state, blocked="duplicate")
-        _transition(effect, "", "EFFECT_INTENT", lease_token)
+        _transition(effect, "", "EFFECT_INTENT", claim_token)
     else:
         Effect.objects.filter(pk=existing.pk).update(state=EffectState.INTENT, attempts=F("attempts") + 1,
-                                                     lease_token=lease_token, intent_at=timezone.now())
+                                                     claim_token=claim_token, intent_at=timezone.now())
         effect = Effect.objects.get(pk=existing.pk)
-        _transition(effect, EffectState.FAILED, "EFFECT_RETRY", lease_token)
+        _transition(effect, EffectState.FAILED, "EFFECT_RETRY", claim_token)
     crash_point("after_intent")
     result = (channel or get_channel(spec.channel)).perform(spec, payload, key)
     crash_point("after_call")
@@ -108,7 +108,7 @@ def unchecked_lease(*, action, payload, owner_task, owner_item, owner_step, leas
     effect.refresh_from_db()
     if effect.state == state:
         _transition(effect, EffectState.INTENT, "EFFECT_COMMITTED" if state == EffectState.COMMITTED
-                    else "EFFECT_OUTCOME", lease_token)
+                    else "EFFECT_OUTCOME", claim_token)
     crash_point("after_commit")
     return GateResult(effect=effect, state=effect.state, called=True)
 

@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
                 return early
         intent = steps._intent(item_run, task, step, item_run.outputs, authorized)
         result = gate(action=intent.spec.name, payload=intent.payload, owner_task=intent.owner_task,
-                      owner_item=intent.owner_item, owner_step=intent.owner_step, lease_token=intent.lease_token)
+                      owner_item=intent.owner_item, owner_step=intent.owner_step, claim_token=intent.claim_token)
         if result.state == EffectState.FAILED:
             phase_fail(item_run, kind="channel_refused", message=f"{step}: {result.effect.last_error}")
             return steps.WAIT

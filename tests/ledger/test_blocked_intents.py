@@ -33,11 +33,11 @@ class TestABlockedIntent:
     @pytest.mark.parametrize("payload, kind, held", [(NOTIFY, "duplicate", "key"), (REGENERATED, "conflict", "slot")])
     def test_is_recorded_and_announced(self, sandbox, announced, payload, kind, held):
         first = run_notify().effect
-        second = run_notify(payload, lease_token="worker-b", item="i1")
+        second = run_notify(payload, claim_token="worker-b", item="i1")
         assert (second.blocked, second.called, second.effect.pk) == (kind, False, first.pk)
 
         row = BlockedDuplicate.objects.get()
-        assert (row.effect_id, row.kind, row.existing_state, row.lease_token) == (
+        assert (row.effect_id, row.kind, row.existing_state, row.claim_token) == (
             first.pk, kind, EffectState.COMMITTED, "worker-b")
         assert (row.owner_task, row.owner_item, row.owner_step) == ("t1", "i1", "notify_customer")
         assert row.payload_hash == payload_hash(payload)

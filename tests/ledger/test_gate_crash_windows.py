@@ -36,7 +36,7 @@ def test_crash_before_intent_records_nothing_and_the_rerun_is_clean(helpdesk):
     assert Effect.objects.count() == 0
     assert deliveries(helpdesk) == 0
 
-    result = run_notify(lease_token="worker-b")
+    result = run_notify(claim_token="worker-b")
     assert result.state == EffectState.COMMITTED and result.called
     assert deliveries(helpdesk) == 1
 
@@ -55,7 +55,7 @@ def test_crash_after_intent_becomes_unknown_reconcile_finds_nothing_retry_delive
     assert effect.state == EffectState.FAILED and effect.verdict == "not_happened"
     assert effect.resolved_by == "reconcile"
 
-    result = run_notify(lease_token="worker-b")
+    result = run_notify(claim_token="worker-b")
     assert result.called and result.state == EffectState.COMMITTED
     assert result.effect.pk == effect.pk, "the retry reuses the same row and key"
     assert result.effect.attempts == 2
@@ -71,7 +71,7 @@ def test_crash_after_call_becomes_unknown_and_reconciles_to_committed(helpdesk):
     effect = effect_reconcile(effect_id=effect.pk, force=True)
     assert effect.state == EffectState.COMMITTED and effect.resolved_by == "reconcile"
 
-    result = run_notify(lease_token="worker-b")
+    result = run_notify(claim_token="worker-b")
     assert not result.called and result.blocked == "duplicate"
     assert deliveries(helpdesk, effect) == 1
 
@@ -83,7 +83,7 @@ def test_crash_after_commit_never_calls_again(helpdesk):
     assert Effect.objects.get().state == EffectState.COMMITTED
     assert recover() == []
 
-    result = run_notify(lease_token="worker-b")
+    result = run_notify(claim_token="worker-b")
     assert not result.called and result.state == EffectState.COMMITTED
     assert BlockedDuplicate.objects.count() == 1
     assert deliveries(helpdesk) == 1
@@ -94,6 +94,6 @@ def test_unknown_is_never_retried_blindly(helpdesk):
     with pytest.raises(SimulatedCrash):
         run_notify()
     recover()
-    result = run_notify(lease_token="worker-b")
+    result = run_notify(claim_token="worker-b")
     assert not result.called and result.state == EffectState.UNKNOWN
     assert deliveries(helpdesk) == 1

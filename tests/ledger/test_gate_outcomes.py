@@ -71,7 +71,7 @@ def test_connection_refused_before_sending_is_failed(sandbox, settings):
 def test_same_slot_other_payload_is_a_blocked_conflict(sandbox):
     first = run_notify()
     regenerated = {**NOTIFY, "body": {**NOTIFY["body"], "body": "A regenerated, different draft."}}
-    second = run_notify(regenerated, lease_token="worker-b")
+    second = run_notify(regenerated, claim_token="worker-b")
     assert second.blocked == "conflict" and not second.called
     assert second.effect.pk == first.effect.pk
     blocked = BlockedDuplicate.objects.get()
@@ -92,7 +92,7 @@ def test_irreversible_needs_a_recorded_decision(sandbox):
 
     with pytest.raises(ApprovalRequired):
         effect_run(action="close_ticket", payload={"ticket": "T-1", "body": {"reason": "done"}}, owner_task="t1",
-                   owner_item="i1", owner_step="close_ticket", lease_token="w")
+                   owner_item="i1", owner_step="close_ticket", claim_token="w")
     assert Effect.objects.count() == 0
 
 

@@ -22,7 +22,7 @@ start = float(sys.argv[1])
 while time.time() < start:
     time.sleep(0.001)
 r = effect_run(action="notify_customer", owner_task="t1", owner_item="i1", owner_step="notify_customer",
-               lease_token=sys.argv[2], payload={"ticket": "T-9", "body": {"to": "ann@example.com", "subject": "s",
+               claim_token=sys.argv[2], payload={"ticket": "T-9", "body": {"to": "ann@example.com", "subject": "s",
                "body": sys.argv[3]}})
 print(json.dumps({"called": r.called, "blocked": r.blocked, "state": r.state}))
 """

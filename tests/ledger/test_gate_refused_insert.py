@@ -40,7 +40,7 @@ def hold(sender, event, **kwargs):
 
 effect_changed.connect(hold)
 r = effect_run(action="notify_customer", owner_task="t1", owner_item="i1", owner_step="notify_customer",
-               lease_token="holder", payload=json.loads(sys.argv[1]))
+               claim_token="holder", payload=json.loads(sys.argv[1]))
 print(json.dumps({"called": r.called, "blocked": r.blocked, "state": r.state}), flush=True)
 """
 
@@ -50,7 +50,7 @@ django.setup()
 from ledger.gate import effect_run
 print("inserting", flush=True)
 r = effect_run(action="notify_customer", owner_task="t1", owner_item="i1", owner_step="notify_customer",
-               lease_token="racer", payload=json.loads(sys.argv[1]))
+               claim_token="racer", payload=json.loads(sys.argv[1]))
 print(json.dumps({"called": r.called, "blocked": r.blocked, "state": r.state}), flush=True)
 """
 
@@ -92,8 +92,8 @@ class TestAnInsertMeetingAnUncommittedIntent:
         assert result(holder) == {"called": True, "blocked": ""}
         assert result(racer) == {"called": False, "blocked": "duplicate"}
         effect = Effect.objects.get()
-        assert (effect.state, effect.lease_token) == (EffectState.COMMITTED, "holder")
-        assert list(BlockedDuplicate.objects.values_list("kind", "lease_token")) == [("duplicate", "racer")]
+        assert (effect.state, effect.claim_token) == (EffectState.COMMITTED, "holder")
+        assert list(BlockedDuplicate.objects.values_list("kind", "claim_token")) == [("duplicate", "racer")]
         assert sandbox.counts()["by_key"] == {effect.idempotency_key: 1}
 
     def test_is_refused_once_it_commits_and_blocked_as_a_conflict(self, workers, sandbox):
@@ -101,8 +101,8 @@ class TestAnInsertMeetingAnUncommittedIntent:
         assert result(holder) == {"called": True, "blocked": ""}
         assert result(racer) == {"called": False, "blocked": "conflict"}
         effect = Effect.objects.get()
-        assert (effect.state, effect.lease_token) == (EffectState.COMMITTED, "holder")
-        assert list(BlockedDuplicate.objects.values_list("kind", "lease_token")) == [("conflict", "racer")]
+        assert (effect.state, effect.claim_token) == (EffectState.COMMITTED, "holder")
+        assert list(BlockedDuplicate.objects.values_list("kind", "claim_token")) == [("conflict", "racer")]
         assert sandbox.counts()["by_key"] == {effect.idempotency_key: 1}
 
     def test_goes_through_when_it_rolls_back(self, workers, sandbox):
@@ -111,7 +111,7 @@ class TestAnInsertMeetingAnUncommittedIntent:
         assert holder.returncode == 3
         assert result(racer) == {"called": True, "blocked": ""}
         effect = Effect.objects.get()
-        assert (effect.state, effect.lease_token, effect.payload) == (EffectState.COMMITTED, "racer", REGENERATED)
+        assert (effect.state, effect.claim_token, effect.payload) == (EffectState.COMMITTED, "racer", REGENERATED)
         assert BlockedDuplicate.objects.count() == 0
         assert sandbox.counts()["by_key"] == {effect.idempotency_key: 1}
 

@@ -16,24 +16,24 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CLOSE = {"ticket": "T-1", "body": {"reason": "solved"}}
 
 
-def close(lease_token, authorized_by):
+def close(claim_token, authorized_by):
     from ledger.gate import effect_run
 
     return effect_run(action="close_ticket", payload=CLOSE, owner_task="t1", owner_item="i1",
-                      owner_step="close_ticket", lease_token=lease_token, authorized_by=authorized_by)
+                      owner_step="close_ticket", claim_token=claim_token, authorized_by=authorized_by)
 
 
-def close_seen_during_call(lease_token, authorized_by) -> dict:
+def close_seen_during_call(claim_token, authorized_by) -> dict:
     """The three calls by hand: the row as the call sees it (its intent committed)."""
     from django.db import transaction
 
     from ledger.gate import effect_perform, intent_prepare, intent_record, outcome_record
 
     intent = intent_prepare(action="close_ticket", payload=CLOSE, owner_task="t1", owner_item="i1",
-                            owner_step="close_ticket", lease_token=lease_token, authorized_by=authorized_by)
+                            owner_step="close_ticket", claim_token=claim_token, authorized_by=authorized_by)
     with transaction.atomic():
         effect = intent_record(intent).effect
-    seen = Effect.objects.filter(pk=effect.pk).values("state", "lease_token", "attempts").get()
+    seen = Effect.objects.filter(pk=effect.pk).values("state", "claim_token", "attempts").get()
     result = effect_perform(intent, effect)
     with transaction.atomic():
         assert outcome_record(intent, effect, result)
@@ -50,8 +50,8 @@ class TestARetryReusesTheRow:
         seen = close_seen_during_call("worker-b", "approved by bob")
         effect = Effect.objects.get()
         assert effect.pk == first.pk
-        assert seen == {"state": "intent", "lease_token": "worker-b", "attempts": 2}
-        assert (effect.state, effect.attempts, effect.lease_token) == (EffectState.COMMITTED, 2, "worker-b")
+        assert seen == {"state": "intent", "claim_token": "worker-b", "attempts": 2}
+        assert (effect.state, effect.attempts, effect.claim_token) == (EffectState.COMMITTED, 2, "worker-b")
         assert (effect.authorized_by, effect.last_error) == ("approved by bob", "")
         assert timezone.now() - effect.intent_at < dt.timedelta(minutes=1)
         assert effect.idempotency_key == first.idempotency_key
@@ -65,8 +65,8 @@ class TestARetryReusesTheRow:
 
         first = effect_run(action="notify_customer", payload={"ticket": "T-1", "body": {"to": "a@example.com",
                            "subject": "s", "body": "b"}}, owner_task="t1", owner_item="i1",
-                           owner_step="notify_customer", lease_token="worker-a", authorized_by="approved by alice")
+                           owner_step="notify_customer", claim_token="worker-a", authorized_by="approved by alice")
         assert first.state == EffectState.FAILED
         retry = run_notify({"ticket": "T-1", "body": {"to": "a@example.com", "subject": "s", "body": "b"}},
-                           lease_token="worker-b")
+                           claim_token="worker-b")
         assert retry.called and retry.effect.authorized_by == "approved by alice"

@@ -80,7 +80,7 @@ class TestAStaleLeaseTokenAfterARetry:
 
         def attempt_1():
             try:
-                results["A"] = run_notify(lease_token="token-a", channel=late)
+                results["A"] = run_notify(claim_token="token-a", channel=late)
             except BaseException as exc:  # noqa: BLE001 - reported by the assertions below
                 results["A"] = exc
             finally:
@@ -95,7 +95,7 @@ class TestAStaleLeaseTokenAfterARetry:
         effect = effect_reconcile(effect_id=effect.pk, force=True)
         assert (effect.state, effect.verdict) == (EffectState.FAILED, Verdict.NOT_HAPPENED)
 
-        b = run_notify(lease_token="token-b", channel=DeliverThenLetTheLateAnswerIn(late, thread))
+        b = run_notify(claim_token="token-b", channel=DeliverThenLetTheLateAnswerIn(late, thread))
         a = results["A"]
         assert not isinstance(a, BaseException), a
         assert a.blocked == "not ours", "A's outcome was refused"
@@ -103,16 +103,16 @@ class TestAStaleLeaseTokenAfterARetry:
 
         effect.refresh_from_db()
         [delivery] = sandbox.deliveries(key=effect.idempotency_key)
-        assert (effect.state, effect.lease_token, effect.attempts) == (EffectState.COMMITTED, "token-b", 2)
+        assert (effect.state, effect.claim_token, effect.attempts) == (EffectState.COMMITTED, "token-b", 2)
         assert effect.external_ref == delivery["id"] and effect.last_error == ""
         assert list(effect.transitions.values_list("to_state", "actor")) == [
             ("intent", "token-a"), ("unknown", "recovery"), ("failed", "reconcile"),
             ("intent", "token-b"), ("committed", "token-b"),
         ]
 
-        assert fenced == [("token-a", "fenced lease token saw failed: helpdesk refused with 400: late answer")]
+        assert fenced == [("token-a", "the caller's token saw failed: helpdesk refused with 400: late answer")]
 
         # and so a third attempt is blocked: the customer is notified once
-        c = run_notify(lease_token="token-c")
+        c = run_notify(claim_token="token-c")
         assert not c.called and c.blocked == "duplicate"
         assert sandbox.counts()["by_endpoint"]["notify"] == 1

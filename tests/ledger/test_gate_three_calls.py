@@ -20,7 +20,7 @@ class LeaseGone(Exception):
 
 def notify(payload=None, *, token="worker-a"):
     return intent_prepare(action="notify_customer", payload=payload or NOTIFY, owner_task="t1", owner_item="i1",
-                          owner_step="notify_customer", lease_token=token)
+                          owner_step="notify_customer", claim_token=token)
 
 
 def received(sandbox) -> tuple[int, int]:
@@ -72,8 +72,8 @@ class TestTheCallersCheckBesideTheIntent:
         with pytest.raises(LeaseGone):
             record_then_lose(notify(token="worker-b"))
         effect = Effect.objects.get()
-        assert (effect.state, effect.attempts, effect.lease_token) == (EffectState.FAILED, 1, "worker-a")
-        retry = run_notify(lease_token="worker-b")
+        assert (effect.state, effect.attempts, effect.claim_token) == (EffectState.FAILED, 1, "worker-a")
+        retry = run_notify(claim_token="worker-b")
         assert retry.called and retry.effect.pk == effect.pk and retry.effect.attempts == 2
 
     @pytest.mark.parametrize("payload", [NOTIFY, {**NOTIFY, "body": {**NOTIFY["body"], "body": "regenerated"}}],
@@ -107,7 +107,7 @@ class TestTheOutcome:
         with transaction.atomic():
             effect = intent_record(intent).effect
         result = effect_perform(intent, effect)
-        Effect.objects.filter(pk=effect.pk).update(lease_token="worker-b")  # taken over meanwhile
+        Effect.objects.filter(pk=effect.pk).update(claim_token="worker-b")  # taken over meanwhile
         statements = []
         with connection.execute_wrapper(lambda execute, sql, *args: statements.append(sql) or execute(sql, *args)):
             with transaction.atomic():

@@ -18,7 +18,7 @@ from .helpers import NOTIFY
 
 def build(payload=NOTIFY, action="notify_customer") -> Intent:
     return Intent.build(spec=action_spec(action), payload=payload, owner_task="t1", owner_item="i1",
-                        owner_step="notify_customer", lease_token="worker-a", authorized_by="")
+                        owner_step="notify_customer", claim_token="worker-a", authorized_by="")
 
 
 class TestGateValues:

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def effect(sandbox):
     first = run_notify()
-    run_notify(lease_token="worker-b")  # a blocked duplicate
+    run_notify(claim_token="worker-b")  # a blocked duplicate
     return first.effect
 
 

@@ -41,7 +41,7 @@ class TestReviewVerdicts:
 
     def test_did_not_happen_lets_the_same_row_retry_with_the_same_key(self, unknown, sandbox):
         effect_review(effect_id=unknown.pk, verdict=Verdict.NOT_HAPPENED, reason="bounced", actor="alice")
-        retry = run_notify(lease_token="worker-b")
+        retry = run_notify(claim_token="worker-b")
         assert retry.called and retry.effect.pk == unknown.pk and retry.effect.attempts == 2
         # the first call had in fact arrived: the retry looks its key up first, finds it and sends nothing again
         assert retry.effect.state == EffectState.COMMITTED and retry.effect.external_ref.startswith("dlv-")

@@ -30,9 +30,9 @@ def ticket(zd):
     return zd.state.add_ticket()["id"]
 
 
-def run(action, ticket_id, body, *, item="i1", lease_token="worker-a", authorized_by=""):
+def run(action, ticket_id, body, *, item="i1", claim_token="worker-a", authorized_by=""):
     return effect_run(action=action, payload={"ticket": str(ticket_id), "body": body}, owner_task="t1",
-                      owner_item=item, owner_step=action, lease_token=lease_token, authorized_by=authorized_by)
+                      owner_item=item, owner_step=action, claim_token=claim_token, authorized_by=authorized_by)
 
 
 def custom_metadata(zd, ticket_id):
@@ -136,7 +136,7 @@ def test_applied_but_answer_lost_is_unknown_then_reconciled_to_committed_with_on
     effect = effect_reconcile(effect_id=result.effect.pk, force=True)
     assert effect.state == EffectState.COMMITTED and effect.resolved_by == "reconcile"
     assert effect.external_ref.startswith(f"ticket {ticket} audit ")
-    again = run("notify_customer", ticket, REPLY, lease_token="worker-b")
+    again = run("notify_customer", ticket, REPLY, claim_token="worker-b")
     assert again.called is False and again.blocked == "duplicate"
     assert len(zd.state.agent_replies(ticket)) == 1
 
@@ -192,7 +192,7 @@ def test_a_worker_killed_between_the_call_and_the_outcome_is_reconciled_by_key(z
     assert effect.state == EffectState.UNKNOWN
     effect = effect_reconcile(effect_id=effect.pk, force=True)
     assert effect.state == EffectState.COMMITTED and effect.verdict == "happened"
-    assert run("notify_customer", ticket, REPLY, lease_token="worker-b").called is False
+    assert run("notify_customer", ticket, REPLY, claim_token="worker-b").called is False
     assert len(zd.state.agent_replies(ticket)) == 1
 
 
@@ -203,7 +203,7 @@ def test_a_worker_killed_before_the_call_is_found_absent_and_retried_once(zd, ti
     [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died")
     effect = effect_reconcile(effect_id=effect.pk, force=True)
     assert effect.state == EffectState.FAILED and effect.verdict == "not_happened"
-    assert run("notify_customer", ticket, REPLY, lease_token="worker-b").state == EffectState.COMMITTED
+    assert run("notify_customer", ticket, REPLY, claim_token="worker-b").state == EffectState.COMMITTED
     assert len(zd.state.agent_replies(ticket)) == 1
 
 

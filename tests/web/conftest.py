@@ -29,7 +29,7 @@ def unknown_effect(sandbox):
         sandbox.set_faults(drop_next={"email" if channel == "email" else "notify": 1})
         result = effect_run(action=effect_action("notify_customer", notify_channel=channel),
                             payload=notify_payload(item, body), owner_task=str(task.pk), owner_item=item.ref,
-                            owner_step="notify_customer", lease_token="test-worker")
+                            owner_step="notify_customer", claim_token="test-worker")
         assert result.state == EffectState.UNKNOWN, result.effect.last_error
         task.items.filter(pk=item.pk).update(status=ItemStatus.WAITING_REVIEW)
         return result.effect

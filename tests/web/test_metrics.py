@@ -43,10 +43,10 @@ def rows(sandbox, unknown_effect):
         task_resume(task_id=task.pk, actor="alice")
     first, second, third = task.items.order_by("row")
     done = effect_run(action="notify_customer", payload=notify_payload(first), owner_task=str(task.pk),
-                      owner_item=first.ref, owner_step="notify_customer", lease_token="w1")
+                      owner_item=first.ref, owner_step="notify_customer", claim_token="w1")
     assert done.state == EffectState.COMMITTED
     again = effect_run(action="notify_customer", payload=notify_payload(first), owner_task=str(task.pk),
-                       owner_item=first.ref, owner_step="notify_customer", lease_token="w2")
+                       owner_item=first.ref, owner_step="notify_customer", claim_token="w2")
     assert again.blocked == "duplicate" and again.called is False
     Item.objects.filter(pk=first.pk).update(status=ItemStatus.DONE, finished_at=timezone.now())
 

@@ -155,7 +155,7 @@ def item_hand_back(run: ItemRun, *, why: str, unsent=None) -> None:
     try:
         with phase(run, task=True):
             if unsent is not None:
-                effect_not_sent(effect_id=unsent.pk, holder=run.token, actor=worker_name(),
+                effect_not_sent(effect_id=unsent.pk, claim_token=run.token, actor=worker_name(),
                                 note=f"not sent: {why}")
             _record_pending(run)
             items_requeue(run.locked[0], [run.locked[1]], actor=worker_name(), why=f"handed back: {why}")

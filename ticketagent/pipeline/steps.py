@@ -120,7 +120,7 @@ def steps_ahead(after: int, outputs: dict) -> tuple[list, int | None]:
 def _intent(run: ItemRun, task: Task, step: str, outputs: dict, authorized_by: str = "") -> Intent:
     payload = effect_payload(step, ticket=item_ticket(run.item), outputs=outputs)
     return intent_prepare(action=effect_action(step, notify_channel=task.notify_channel), payload=payload,
-                          owner_task=str(task.pk), owner_item=run.item.ref, owner_step=step, lease_token=run.token,
+                          owner_task=str(task.pk), owner_item=run.item.ref, owner_step=step, claim_token=run.token,
                           authorized_by=authorized_by, summary=payload_summary(payload))
 
 
