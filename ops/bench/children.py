@@ -91,8 +91,8 @@ class BenchProcesses:
         return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"], env=extra_env)
 
     def start_model_server(self, latency: float) -> tuple[Child, str]:
-        """The bench's model server (ops.bench.model_server); returns it and its base URL."""
-        child = self.procs.start("model-server", [sys.executable, "-m", "ops.bench.model_server",
+        """The fake model as a process of its own (ops.fake_model); returns it and its base URL."""
+        child = self.procs.start("model-server", [sys.executable, "-m", "ops.fake_model",
                                                   "--latency", str(latency)])
         try:
             line = child.wait_line(lambda text: text.startswith("{") and '"port"' in text, timeout=30)

@@ -9,9 +9,9 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from ops.bench.model_server import answer_for
 from ops.bench.results import BEGIN, END, Results, Row, write_doc
 from ops.bench.sizes import TINY
+from ops.fake_model.answers import valid_answer as answer_for
 from ticketagent.llm.schemas import Decision, Reply, Triage
 
 pytestmark = pytest.mark.django_db(transaction=True)
