@@ -152,6 +152,65 @@ def wait_port(port: int, timeout: float = 60.0, *, host: str = "127.0.0.1",
     return False
 
 
+class Survived(RuntimeError):
+    """Processes outlived SIGKILL."""
+
+
+def alive(pid: int, *, group: bool = False) -> bool:
+    """Whether process `pid` (with `group`, any process of the group it leads) still exists."""
+    try:
+        os.killpg(pid, 0) if group else os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_gone(pid: int, group: bool, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid, group=group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid, group=group)
+
+
+def stop_popen(proc: subprocess.Popen, *, grace: float = 10.0, group: bool = False) -> int | None:
+    """Stop a server started outside `Processes` (one that must outlive a Ctrl-C
+    of ours, in a session of its own: Redis, Request Tracker): SIGTERM, up to
+    `grace` seconds, then SIGKILL -- with `group`, to every process of the
+    group it leads, all of which must be gone (`Survived` if not). Its exit status."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    if group and not _wait_gone(proc.pid, True, grace):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    proc.wait(timeout=max(grace, 10))
+    if group and not _wait_gone(proc.pid, True, max(grace, 10)):
+        raise Survived(f"processes of group {proc.pid} ({proc.args[0]}) outlived SIGKILL")
+    return proc.returncode
+
+
+def stop_pid(pid: int, *, grace: float = 10.0) -> bool:
+    """SIGTERM a process we did not start as a child (a daemon by its pid
+    file), SIGKILL after `grace` seconds; True once it is gone."""
+    if not alive(pid):
+        return True
+    os.kill(pid, signal.SIGTERM)
+    if _wait_gone(pid, False, grace):
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return _wait_gone(pid, False, 1.0)
+
+
 class StartError(RuntimeError):
     """A child exited before it was ready (`exited`), or was not ready in time."""
 

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
 
-from ops.processes import free_port
+from ops.processes import Survived, free_port, stop_popen
 
 __all__ = ["RTAnswer", "RTServer", "RTServerError", "freeze_rt_process", "insert_datafile", "rt_missing",
            "set_full_text", "start_rt_process", "start_rt_server", "stop_rt_process", "stop_rt_server"]
@@ -442,40 +442,12 @@ def start_rt_process(server: RTServer, *, timeout: float = 120) -> None:
         raise
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stop_group(proc: subprocess.Popen, grace: float = 10) -> None:
-    """SIGTERM to the server (it stops its workers), then make sure its whole
-    process group is gone: SIGKILL whatever is left after the grace period."""
-    pgid = proc.pid  # start_new_session: the server leads its own group
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+    """SIGTERM to the server (it stops its workers), then its whole process group gone (`ops.processes`)."""
     try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + grace
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _group_alive(pgid):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=max(grace, 10))
-    deadline = time.monotonic() + max(grace, 10)
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _group_alive(pgid):
-        raise RTServerError(f"processes of rt-server's group {pgid} outlived SIGKILL")
+        stop_popen(proc, grace=grace, group=True)
+    except Survived as exc:
+        raise RTServerError(f"rt-server: {exc}") from None
 
 
 def set_full_text(server: RTServer, enabled: bool, *, timeout: float = 120) -> None:

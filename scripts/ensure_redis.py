@@ -32,7 +32,6 @@ import contextlib
 import importlib.util
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -44,7 +43,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ops.processes import die_with_parent_preexec, free_port, port_is_free  # noqa: E402, F401 (used by run.py)
+from ops.processes import (  # noqa: E402, F401 (used by run.py)
+    alive,
+    die_with_parent_preexec,
+    free_port,
+    port_is_free,
+    stop_popen,
+)
+from ops.processes import stop_pid as ops_stop_pid  # noqa: E402
 
 LOCAL_URL = "redis://127.0.0.1:6379/0"
 CHOICE_ENV = "TICKETAGENT_REDIS_SERVER"
@@ -243,16 +249,7 @@ def _answering(proc: subprocess.Popen, url: str, pidfile: Path, *, daemonize: bo
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> int | None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-    return proc.returncode
+    return stop_popen(proc, grace=timeout)
 
 
 def _read_pid(pidfile: Path, wait: float = 5.0) -> int | None:
@@ -270,34 +267,15 @@ def _is_redis(pid: int) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return sys.platform != "linux" and _alive(pid)
+        return sys.platform != "linux" and alive(pid)
     return b"redis-server" in cmdline
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stop_pid(pid: int, timeout: float = 10.0) -> bool:
     """SIGTERM a redis-server by pid (SIGKILL after ``timeout``); True if it is gone."""
-    if not _alive(pid) or not _is_redis(pid):
+    if not alive(pid) or not _is_redis(pid):
         return True
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    time.sleep(0.2)
-    return not _alive(pid)
+    return ops_stop_pid(pid, grace=timeout)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -334,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
     urlfile = workdir / "redis.url"
     pid = _read_pid(pidfile, wait=0)
-    if pid and _alive(pid) and _is_redis(pid):
+    if pid and alive(pid) and _is_redis(pid):
         with contextlib.suppress(OSError):
             url = with_db(urlfile.read_text().strip(), args.db)
             if ping(url):
