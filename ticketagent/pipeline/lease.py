@@ -157,7 +157,7 @@ def task_of_item_locked(item_id: int) -> Task | None:
     return task
 
 
-def lock_held(item_id: int, token: str) -> tuple[Task, Item]:
+def lock_task_and_item(item_id: int, token: str) -> tuple[Task, Item]:
     """Inside a transaction: lock task and item, or raise LeaseLost."""
     task_id = task_of_item(item_id)
     task = Task.objects.select_for_update(no_key=True).filter(pk=task_id).first() if task_id is not None else None
@@ -169,7 +169,7 @@ def lock_held(item_id: int, token: str) -> tuple[Task, Item]:
         raise LeaseLost(f"item {item_id}: lease {token[:8]} was taken over")
     if item.task_id != task.pk:  # a stale entry (ids reused after a test database flush): look it up again
         _TASK_OF_ITEM.pop(item_id, None)
-        return lock_held(item_id, token)
+        return lock_task_and_item(item_id, token)
     return task, item
 
 
@@ -211,7 +211,7 @@ class ItemRun:
     locked: tuple | None = None
 
 
-def hold(run: ItemRun) -> None:
+def lock_item(run: ItemRun) -> None:
     """Inside a transaction: lock the item if this worker still holds its
     lease, and read its task's status (read, not locked: a pause or cancel
     that commits meanwhile is seen by the next phase)."""

@@ -26,9 +26,9 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventTyp
 from ticketagent.pipeline.lease import (
     ItemRun,
     LeaseLost,
-    hold,
     item_take_over,
-    lock_held,
+    lock_item,
+    lock_task_and_item,
     task_of_item_locked,
     worker_name,
 )
@@ -47,10 +47,10 @@ def phase(run: ItemRun, *, task: bool = False):
     the task and the item). `run.task_status` is the task's status as read."""
     with transaction.atomic():
         if task:
-            run.locked = lock_held(run.item.pk, run.token)
+            run.locked = lock_task_and_item(run.item.pk, run.token)
             run.task_status = run.locked[0].status
         else:
-            hold(run)
+            lock_item(run)
         yield run
 
 
