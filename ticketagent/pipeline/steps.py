@@ -13,7 +13,7 @@ from ledger.keys import Intent
 from ledger.models import Effect, EffectState
 from ticketagent.actions import payload_summary
 from ticketagent.llm.schemas import Decision, Reply, Triage
-from ticketagent.models import ACTIVE_TASK_STATUSES, EventType, Item, ItemStatus, Task
+from ticketagent.models import EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost
 from ticketagent.pipeline.phases import (
     item_fail,
@@ -182,21 +182,8 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
     try:
         with phase(run, task=ends):
             ours = outcome_record(intent, effect, result)
-            if not ours:
-                pass
-            elif result.state == EffectState.FAILED:
-                item_fail(run, kind="channel_refused", message=f"{step}: {effect.last_error}")
-            elif result.state == EffectState.UNKNOWN:
-                item_stop(run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
-                          reason=f"{step}: outcome unknown — {effect.last_error}")
-            else:
-                record_steps(run, [*run.pending, (step, _effect_summary(effect)), *skipped])
-                if after is None and run.task_status in ACTIVE_TASK_STATUSES:
-                    item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
-                elif not stop_if_task_stopped(run) and after is not None:
-                    chained = chain_intent(run, task, after, run.outputs)
-                    if chained is not None:
-                        run.chained = (chained, intent_record(chained))
+            if ours:
+                _after_outcome(run, task, step, effect, skipped, after)
     except LeaseLost:
         # the lease is gone (taken over while calling): nothing of the item's
         # is written, but the outcome is the truth -- kept if the row is still ours
@@ -205,6 +192,25 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
         raise
     if not ours:
         raise LeaseLost(f"item {run.item.pk}: {step}'s effect stopped being this attempt's while it was called")
+
+
+def _after_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None) -> None:
+    """Inside the outcome's phase, the outcome recorded: what it means for the item."""
+    if effect.state == EffectState.FAILED:
+        item_fail(run, kind="channel_refused", message=f"{step}: {effect.last_error}")
+    elif effect.state == EffectState.UNKNOWN:
+        item_stop(run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
+                  reason=f"{step}: outcome unknown — {effect.last_error}")
+    else:
+        record_steps(run, [*run.pending, (step, _effect_summary(effect)), *skipped])
+        if stop_if_task_stopped(run):
+            return
+        if after is None:
+            item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
+            return
+        chained = chain_intent(run, task, after, run.outputs)
+        if chained is not None:
+            run.chained = (chained, intent_record(chained))
 
 
 def _lease_for_call(run: ItemRun, step: str, intent: Intent, effect: Effect) -> float | None:
