@@ -21,7 +21,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -373,18 +372,24 @@ def post_file(client, data: bytes, name: str):
 
 
 @pytest.mark.django_db
-def test_a_100k_row_file_is_refused_by_the_row_cap_quickly(client, alice, settings):
+def test_a_100k_row_file_is_refused_by_the_row_cap_without_validating_past_it(client, alice, settings, monkeypatch):
+    """The rows past the cap are counted, never validated: the refusal costs a count, not 100,000 validations
+    (how long it takes is the bench's to measure, not a test's)."""
+    from ticketagent.upload.validate import RowValidator
+
     assert settings.UPLOAD_MAX_ROWS == 50_000
+    validated = []
+    real = RowValidator.validate
+    monkeypatch.setattr(RowValidator, "validate", lambda self, *args, **kw: validated.append(1) or real(self, *args,
+                                                                                                         **kw))
     client.force_login(alice)
     data = _hundred_thousand_rows()
     assert len(data) < settings.UPLOAD_MAX_BYTES
-    start = time.perf_counter()
     response = post_file(client, data, "big.csv")
-    elapsed = time.perf_counter() - start
     assert response.status_code == 400
     assert response.context["errors"] == [
         "file: file has 100,000 data rows; the limit is 50,000 - split it into smaller batches"]
-    assert elapsed < 5, f"the refusal took {elapsed:.1f} s"
+    assert 0 < len(validated) <= settings.UPLOAD_MAX_ROWS, "no row past the cap is validated"
     assert Task.objects.count() == Item.objects.count() == Event.objects.count() == 0
 
 
@@ -403,9 +408,7 @@ def test_a_1mb_field_is_refused_by_the_field_limit_with_row_and_column(client, a
         data = buf.getvalue().encode()
     else:
         data = (json.dumps(row) + "\n").encode()
-    start = time.perf_counter()
     response = post_file(client, data, f"big.{fmt}")
-    assert time.perf_counter() - start < 3
     assert response.status_code == 400
     first_row = 2 if fmt == "csv" else 1
     assert response.context["errors"] == [
