@@ -1,6 +1,5 @@
 """Recovery with real processes: SIGKILL, FLUSHALL, and the sweep."""
 
-import time
 
 import pytest
 from django.db.models import Count
@@ -25,7 +24,8 @@ def ledger_matches_sandbox(task, sandbox):
     assert all(n == 1 for n in delivered.values()), delivered
 
 
-def test_a_sigkilled_worker_s_item_completes_elsewhere_within_10s(workers, sandbox):
+def test_a_sigkilled_worker_s_item_completes_elsewhere(workers, sandbox):
+    """Taken over and finished by another worker (how soon is the bench's figure 5, not a test's)."""
     sandbox.set_faults(latency_ms=1500, honor_keys=False)
     task = make_task(1)
     item = task.items.get()
@@ -33,14 +33,12 @@ def test_a_sigkilled_worker_s_item_completes_elsewhere_within_10s(workers, sandb
     wait_for(lambda: Effect.objects.filter(owner_item=str(item.pk), state=EffectState.INTENT).exists(),
              timeout=30, message="the worker to be inside an effect call")
     workers.kill(victim)
-    killed_at = time.monotonic()
     sandbox.clear_faults()
     sandbox.set_faults(honor_keys=False)
     workers.start(1)
     workers.start_recovery()
     wait_for(lambda: Item.objects.get(pk=item.pk).status == ItemStatus.DONE, timeout=20,
              message="the item to be done elsewhere")
-    assert time.monotonic() - killed_at < 10, workers.logs()
     assert Event.objects.filter(item=item, type=EventType.RECOVERED).exists()
     ledger_matches_sandbox(task, sandbox)
     assert task_replay_diff(task.pk) == []
