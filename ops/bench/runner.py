@@ -68,6 +68,12 @@ RUN = {"overhead": overhead.run, "gate": gate.run, "latency": latency.run, "kill
        "window": window.run}
 
 
+def product_settings() -> str:
+    """The settings the bench's workers run: this process's, without the ops app of `ops.settings`."""
+    name = os.environ.get("DJANGO_SETTINGS_MODULE", "ticketagent.settings")
+    return "ticketagent.settings" if name == "ops.settings" else name
+
+
 class Bench:
     """One run: its sizes, its sections, the processes it started and the results."""
 
@@ -84,7 +90,8 @@ class Bench:
         self.profile_dir = Path(settings.VAR_DIR) / "bench"
         env = {k: v for k, v in os.environ.items()}
         env.update({
-            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "ticketagent.settings"),
+            # the product's settings, not the bench's own (`ops.settings` adds only the ops app)
+            "DJANGO_SETTINGS_MODULE": product_settings(),
             "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL, "RQ_QUEUE": settings.RQ_QUEUE,
             "PYTHONUNBUFFERED": "1", "OPENAI_API_KEY": "",
             "NO_PROXY": "127.0.0.1,localhost",

@@ -4,6 +4,7 @@ business (docs/benchmarks.md), not the test suite's."""
 
 import io
 import json
+import os
 
 import pytest
 from django.core.management import call_command
@@ -102,3 +103,29 @@ def test_peer_and_queue_sections_run_and_leave_nothing_behind(settings, tmp_path
     assert settings_left == 0
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not left, f"processes left running: {left}"
+
+
+def test_the_operators_tools_run_on_their_own_settings_and_the_product_has_none_of_them(settings, tmp_path):
+    """`python -m ops` has killtest and bench (ops.settings); the product's manage.py knows neither; and a
+    bench run from the shell, which re-runs itself in a child process, works end to end."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ops.processes import database_url
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "TEST_DATABASE_URL")}
+    tools = subprocess.run([sys.executable, "-m", "ops", "help"], cwd=root, env=env, capture_output=True, text=True)
+    assert tools.returncode == 0 and "killtest" in tools.stdout and "bench" in tools.stdout, tools.stderr
+    product = subprocess.run([sys.executable, "manage.py", "help", "--commands"], cwd=root,
+                             env={**env, "DJANGO_SETTINGS_MODULE": "ticketagent.settings"},
+                             capture_output=True, text=True)
+    assert product.returncode == 0, product.stderr
+    assert {"killtest", "bench"}.isdisjoint(product.stdout.split()) and "worker" in product.stdout.split()
+    bench = subprocess.run([sys.executable, "-m", "ops", "bench", "--sizes", "tiny", "--only", "gate", "--no-write"],
+                           cwd=root, env={**env, "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL,
+                                          "TICKETAGENT_VAR_DIR": str(tmp_path)},
+                           capture_output=True, text=True, timeout=300)
+    assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
+    assert "per effect: gate as the pipeline calls it" in bench.stdout

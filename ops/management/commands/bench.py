@@ -137,7 +137,7 @@ class Command(BaseCommand):
             env.pop(name, None)  # the defaults are what is measured
         env.update({
             CHILD: "1", "DATABASE_URL": url, "REDIS_URL": redis_url, "RQ_QUEUE": BENCH_QUEUE,
-            "DJANGO_SETTINGS_MODULE": "ticketagent.settings", "OPENAI_API_KEY": "",
+            "DJANGO_SETTINGS_MODULE": "ops.settings", "OPENAI_API_KEY": "",  # (its workers: the product's)
             # production-like: no per-query bookkeeping of DEBUG
             "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(64),
             "ALLOWED_HOSTS": "testserver,127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "false",
