@@ -47,11 +47,19 @@ def test_make_run_serves_the_local_model_and_ctrl_c_stops_it(tmp_path):
         servers = [p for p in psutil.Process(run.pid).children(recursive=True) if p.name() == "llama-server"]
         assert len(servers) == 1
         web = re.search(r"dashboard +http://127\.0\.0\.1:(\d+)/", text).group(1)
-        with urllib.request.urlopen(f"http://127.0.0.1:{web}/healthz", timeout=5) as page:
-            assert page.status == 200
+        # the banner comes once gunicorn listens; its workers may still be loading Django: wait for an answer
+        wait_for(lambda: _answers(f"http://127.0.0.1:{web}/healthz"), timeout=60, message="the dashboard's /healthz")
     finally:
         run.send_signal(signal.SIGINT)
         code = run.wait(timeout=60)
     assert code == 0, out.read_text()[-3000:]
     assert "stopped; nothing left running" in out.read_text()
     assert not servers[0].is_running() or servers[0].status() == psutil.STATUS_ZOMBIE
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as page:
+            return page.status == 200
+    except OSError:
+        return False
