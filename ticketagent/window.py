@@ -46,14 +46,6 @@ WITH waiting AS (
 UPDATE {item} SET enqueued_at = %s FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt"""
 
 
-def refill_sent(refs: list[tuple[int, int]], *, front: bool = False) -> None:
-    """The jobs of items a refill marked sent go out once its transaction
-    commits (`front`: ahead of the jobs already waiting, in their order)."""
-    if refs:
-        refs = sorted(refs)
-        transaction.on_commit(lambda: _send(refs, front))
-
-
 def window_size() -> int:
     """QUEUE_WINDOW, or twice the workers rq knows (counted at most every 10 s), at least 4."""
     if settings.QUEUE_WINDOW:
@@ -84,8 +76,9 @@ def window_refill(task_id: int, *, size: int | None = None, front: bool = False)
               timezone.now()]  # the app's clock, as the sweep's
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        refs = cursor.fetchall()
-    refill_sent(refs, front=front)
+        refs = sorted(cursor.fetchall())
+    if refs:  # the jobs go out once the marks commit (at once outside a transaction)
+        transaction.on_commit(lambda: _send(refs, front))
     return len(refs)
 
 
