@@ -10,18 +10,22 @@
 How a session runs:
 
 1. The checkout's files (``git ls-files``, as they are on disk) are copied
-   to ``var/mutation/tree``: cosmic-ray rewrites a module in place for each
-   mutant, so it never touches the files you edit, and the processes a test
-   starts there (the sandbox, racing ``python -c`` processes) import the
-   mutant too.
+   to ``var/mutation/tree-N``, one copy per job (MUTATION_JOBS, default: the
+   number of CPUs): cosmic-ray rewrites a module in place for each mutant,
+   so it never touches the files you edit, and the processes a test starts
+   there (the sandbox, racing ``python -c`` processes) import the mutant too.
 2. ``cosmic-ray init`` and ``baseline`` (the unmutated code must pass).
-3. Every mutant runs ``scripts/run_tests.py tests/ledger -x -m "not slow"``
-   in the copy; every mutant that survives that runs the whole of
-   ``tests/ledger`` (with the multi-process race tests, ``slow``). Each run
-   has a Redis server of its own (TICKETAGENT_REDIS_SERVER=system) and the
-   PostgreSQL of TEST_DATABASE_URL, else the checkout's private server
-   (var/postgres, ops/pgserver.py), started once for the session and stopped
-   at its end (``--reuse-db`` keeps the test database between mutants).
+3. Every mutant runs ``scripts/run_tests.py <the gate's own tests first>
+   tests/ledger -x -m "not slow"`` in a copy (most mutants fail within the
+   first seconds); every mutant that survives that runs the whole of
+   ``tests/ledger`` (with the multi-process race tests, ``slow``). With more
+   than one job, each copy is served by a ``cosmic-ray http-worker`` of its
+   own with a test database of its own (TEST_DATABASE_URL's name plus
+   ``_mN``). Each run has a Redis server of its own
+   (TICKETAGENT_REDIS_SERVER=system) and the PostgreSQL of
+   TEST_DATABASE_URL, else the checkout's private server (var/postgres,
+   ops/pgserver.py), started once for the session and stopped at its end
+   (``--reuse-db`` keeps the test databases between mutants).
 4. Prints the diff of every surviving mutant and cosmic-ray's totals.
    Survivors are killed by a test or listed with their reason in
    docs/testing.md ("Equivalent mutants").
@@ -37,46 +41,80 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ops import pgserver  # noqa: E402
+from ops.processes import stop_popen  # noqa: E402
 
 WORK = ROOT / "var" / "mutation"
-TREE = WORK / "tree"
 SESSION = WORK / "session.sqlite"
 REPORT = WORK / "report.txt"
 MODULES_HASH = WORK / "modules.sha256"
 MODULES = ("ledger/gate.py", "ledger/statements.py", "ledger/services.py")
 TESTS = "tests/ledger"
+# Run first, so that a mutant of the gate is usually killed within seconds (-x);
+# pytest collects each of them once, then the rest of TESTS.
+FIRST = (
+    "tests/ledger/test_gate_three_calls.py",
+    "tests/ledger/test_gate_values.py",
+    "tests/ledger/test_gate_retry.py",
+    "tests/ledger/test_gate_stale_lease_token.py",
+    "tests/ledger/test_blocked_intents.py",
+    "tests/ledger/test_review_verdicts.py",
+    "tests/ledger/test_reconcile.py",
+)
 TIMEOUT_SECONDS = 300
 QUICK, FULL = "quick", "full"
+FIRST_PORT = 9871
 
 
-def copy_tree() -> None:
+def jobs() -> int:
+    raw = os.environ.get("MUTATION_JOBS", "").strip() or str(os.cpu_count() or 1)
+    if not raw.isdigit() or int(raw) < 1:
+        raise SystemExit(f"mutation: MUTATION_JOBS={raw!r} is not a whole number of at least 1")
+    return int(raw)
+
+
+def tree(n: int = 0) -> Path:
+    return WORK / f"tree-{n}"
+
+
+def copy_tree(n: int) -> None:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
-    if TREE.exists():
-        shutil.rmtree(TREE)
+    target = tree(n)
+    if target.exists():
+        shutil.rmtree(target)
     for name in filter(None, files.decode().split("\0")):
         source = ROOT / name
         if source.is_file():
-            (TREE / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, TREE / name)
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
 
 
 def modules_hash() -> str:
     return hashlib.sha256(b"".join((ROOT / m).read_bytes() for m in MODULES)).hexdigest()
 
 
-def write_config(kind: str) -> Path:
+def write_config(kind: str, workers: int = 1) -> Path:
+    """Module paths are relative: each worker mutates the copy it runs in."""
     selection = '-x -m "not slow"' if kind == QUICK else "-x"
-    command = f"{sys.executable} scripts/run_tests.py {TESTS} {selection} -q -p no:cacheprovider --reuse-db"
-    modules = ", ".join(f"'{TREE / m}'" for m in MODULES)
+    command = (f"{sys.executable} scripts/run_tests.py {' '.join(FIRST)} {TESTS} {selection} "
+               "-q -p no:cacheprovider -p no:randomly --reuse-db")
+    modules = ", ".join(f"'{m}'" for m in MODULES)
+    if workers == 1:
+        distributor = "[cosmic-ray.distributor]\nname = 'local'\n"
+    else:
+        urls = ", ".join(f"'http://127.0.0.1:{FIRST_PORT + n}'" for n in range(workers))
+        distributor = (f"[cosmic-ray.distributor]\nname = 'http'\n\n"
+                       f"[cosmic-ray.distributor.http]\nworker-urls = [{urls}]\n")
     config = WORK / f"cosmic-ray-{kind}.toml"
     config.write_text(
         "[cosmic-ray]\n"
@@ -84,8 +122,7 @@ def write_config(kind: str) -> Path:
         f"timeout = {TIMEOUT_SECONDS}.0\n"
         "excluded-modules = []\n"
         f"test-command = '{command}'\n\n"
-        "[cosmic-ray.distributor]\n"
-        "name = 'local'\n"
+        + distributor
     )
     return config
 
@@ -94,9 +131,53 @@ def tool(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
-def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
+def environment(n: int = 0) -> dict:
+    """Worker n's environment: a Redis server per run, a test database per worker."""
     env = {**os.environ, "TICKETAGENT_REDIS_SERVER": os.environ.get("TICKETAGENT_REDIS_SERVER", "system")}
-    return subprocess.run(args, cwd=TREE, env=env, **kwargs)
+    if n:
+        base, _, name = env["TEST_DATABASE_URL"].rpartition("/")
+        env["TEST_DATABASE_URL"] = f"{base}/{name or 'ticketagent'}_m{n}"
+    return env
+
+
+def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=tree(0), env=environment(0), **kwargs)
+
+
+def execute(kind: str) -> None:
+    """`cosmic-ray exec`: in tree 0 with one job, else through one http-worker per copy."""
+    workers = jobs()
+    config = write_config(kind, workers)
+    if workers == 1:
+        run(tool("cosmic-ray"), "exec", str(config), str(SESSION), check=True)
+        return
+    servers = []
+    try:
+        for n in range(workers):
+            if not tree(n).exists():
+                copy_tree(n)
+            log = (WORK / f"worker-{n}.log").open("ab")
+            servers.append(subprocess.Popen(
+                [tool("cosmic-ray"), "http-worker", "--port", str(FIRST_PORT + n)],
+                cwd=tree(n), env=environment(n), stdout=log, stderr=subprocess.STDOUT))
+        for n in range(workers):
+            wait_for_port(FIRST_PORT + n, servers[n])
+        run(tool("cosmic-ray"), "exec", str(config), str(SESSION), check=True)
+    finally:
+        for server in servers:
+            stop_popen(server)
+
+
+def wait_for_port(port: int, proc: subprocess.Popen) -> None:
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise SystemExit(f"mutation: the worker for port {port} exited ({proc.returncode}); see {WORK}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"mutation: the worker for port {port} did not listen within 30 s")
 
 
 def forget_survivors() -> int:
@@ -107,7 +188,7 @@ def forget_survivors() -> int:
 
 def run_survivors_in_full() -> None:
     print(f"mutation: {forget_survivors()} survivor(s) run against the whole of {TESTS}", flush=True)
-    run(tool("cosmic-ray"), "exec", str(write_config(FULL)), str(SESSION), check=True)
+    execute(FULL)
 
 
 def report() -> None:
@@ -121,14 +202,15 @@ def report() -> None:
 
 def new_session() -> int:
     WORK.mkdir(parents=True, exist_ok=True)
-    copy_tree()
+    for n in range(jobs()):
+        copy_tree(n)
     SESSION.unlink(missing_ok=True)
     MODULES_HASH.write_text(modules_hash())
     run(tool("cosmic-ray"), "init", str(write_config(QUICK)), str(SESSION), check=True)
     if run(tool("cosmic-ray"), "baseline", str(write_config(FULL))).returncode != 0:
         print("mutation: the tests fail on the unmutated code; fix that first", file=sys.stderr)
         return 1
-    run(tool("cosmic-ray"), "exec", str(write_config(QUICK)), str(SESSION), check=True)
+    execute(QUICK)
     run_survivors_in_full()
     report()
     return 0
@@ -139,7 +221,8 @@ def survivors_again() -> int:
         print(f"mutation: {', '.join(MODULES)} changed since the session began; run a new one",
               file=sys.stderr)
         return 1
-    copy_tree()
+    for n in range(jobs()):
+        copy_tree(n)
     run_survivors_in_full()
     report()
     return 0
