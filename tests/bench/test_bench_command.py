@@ -46,7 +46,7 @@ def test_worker_sections_run_and_leave_nothing_behind(settings, tmp_path, sandbo
     assert "durable vs naive" in text and "model 0.05 s/call" in text, text
     assert "the commits the protocol requires" in text, text
     assert "1 forking worker, model 0.05 s/call" in text and "peak memory per forking worker" in text, text
-    assert "1 worker, model 0.05 s per item (0.017 s/call)" in text and "≥ 0.95 × W items/s" in text, text
+    assert "1 worker, model 0.05 s per item (0.017 s/call)" in text and "≥ 0.9 × W items/s" in text, text
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not left, f"processes left running: {left}"
 
