@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """``make mutation``: cosmic-ray over the dedupe gate and the ledger's services.
 
+MUTATION_MODULES (comma-separated; default: gate.py, statements.py and
+services.py of ledger/) picks the modules to mutate.
+
     mutation.py                 a new session: every mutant of MODULES
     mutation.py --survivors     run the last session's survivors again against
                                 the current tests (after adding tests; the
@@ -58,7 +61,9 @@ WORK = ROOT / "var" / "mutation"
 SESSION = WORK / "session.sqlite"
 REPORT = WORK / "report.txt"
 MODULES_HASH = WORK / "modules.sha256"
-MODULES = ("ledger/gate.py", "ledger/statements.py", "ledger/services.py")
+DEFAULT_MODULES = ("ledger/gate.py", "ledger/statements.py", "ledger/services.py")
+# MUTATION_MODULES="ledger/gate.py,ledger/statements.py": a session over some of them
+MODULES = tuple(m.strip() for m in os.environ.get("MUTATION_MODULES", "").split(",") if m.strip()) or DEFAULT_MODULES
 TESTS = "tests/ledger"
 # Run first, so that a mutant of the gate is usually killed within seconds (-x);
 # pytest collects each of them once, then the rest of TESTS.

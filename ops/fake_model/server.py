@@ -34,12 +34,15 @@ behaviour taken from the script queue, else the default mode:
                   (limits the portable schema does not send, checked after parsing)
     garbage       content that is not JSON at all
     refusal       a structured-output refusal
+    length        JSON cut off where the token limit ended it (finish_reason "length")
+    content_filter  no content: the answer was stopped by the content filter (finish_reason "content_filter")
     inject        valid JSON that tries everything the schema allows: every allowed action, status
                   "solved", text naming attacker@evil.example and other tickets
     inject_extra  like inject, plus fields the schema forbids (`to`, `ticket`, an unknown action)
     tool_call     asks for the knowledge_base tool (if tools are offered and none was answered yet),
                   else answers valid; "tool_call:customer_tickets" / "tool_call:both" pick the tool
     loop          always asks for a tool call
+    bad_tool_arguments  asks for the knowledge_base tool with arguments that are not JSON
     slow          waits `slow_seconds` (longer than the client timeout), then answers valid
     drop          closes the connection without an answer
     429           rate limited, with `retry-after: <retry_after>` (default "0")
@@ -78,7 +81,8 @@ from ops.fake_model.answers import (
     valid_answer,
 )
 
-BEHAVIOURS = ("valid", "invalid", "over_limits", "garbage", "refusal", "inject", "inject_extra", "tool_call", "loop",
+BEHAVIOURS = ("valid", "invalid", "over_limits", "garbage", "refusal", "length", "content_filter", "inject", "inject_extra", "tool_call", "loop",
+              "bad_tool_arguments",
               "slow", "drop", "429", "500", "503", "400", "401")
 
 
@@ -323,8 +327,17 @@ class FakeOpenAIServer:
                 finish = "tool_calls"
             else:
                 message["content"] = json.dumps(self._valid(schema, ticket, body))
+        elif behaviour == "bad_tool_arguments":
+            message["tool_calls"] = [{"id": f"call_fake_{len(self.requests)}_0", "type": "function",
+                                      "function": {"name": "knowledge_base", "arguments": '{"query": "bill'}}]
+            finish = "tool_calls"
         elif behaviour == "refusal":
             message["refusal"] = self.refusal_text
+        elif behaviour == "length":
+            message["content"] = json.dumps(self._valid(schema, ticket, body))[:12]
+            finish = "length"
+        elif behaviour == "content_filter":
+            finish = "content_filter"
         elif behaviour == "garbage":
             message["content"] = "Sure! Here is the answer you asked for: category billing, probably."
         elif behaviour == "invalid":

@@ -103,6 +103,27 @@ def test_an_answer_that_breaks_the_schema_is_retried_once_then_kind_schema(opena
     assert "https://errors.pydantic.dev" not in err.value.message, "operators get a short reason"
 
 
+@pytest.mark.parametrize(("behaviour", "reason"), [("length", "cut off (token limit)"),
+                                                   ("content_filter", "stopped by the content filter")])
+def test_an_answer_cut_off_or_filtered_is_kind_schema_and_not_asked_again(openai_server, behaviour, reason):
+    openai_server.mode = behaviour
+    with pytest.raises(ModelError) as err:
+        OpenAIModel().triage(TICKET)
+    assert err.value.kind == "schema" and reason in err.value.message
+    assert openai_server.calls == 1, "the same request would be cut off or filtered again"
+
+
+def test_the_schema_is_built_once_and_sent_strict(openai_server):
+    from ticketagent.llm.openai_client import response_format
+    assert response_format(Triage) is response_format(Triage)
+    OpenAIModel().triage(TICKET)
+    OpenAIModel().triage(TICKET)
+    sent = [r["body"]["response_format"] for r in openai_server.requests]
+    assert sent[0] == sent[1] == response_format(Triage)
+    assert sent[0]["type"] == "json_schema" and sent[0]["json_schema"]["strict"] is True
+    assert sent[0]["json_schema"]["name"] == "Triage"
+
+
 def test_a_schema_failure_followed_by_a_valid_answer_succeeds(openai_server):
     openai_server.script(["invalid"])
     assert OpenAIModel().decide(TICKET, triage(), reply()).actions
@@ -224,6 +245,16 @@ def test_a_model_that_loops_on_tool_calls_hits_the_step_limit(openai_server, set
     assert f"AGENT_MAX_STEPS={max_steps}" in err.value.message
     assert openai_server.calls == max_steps
     assert len(kit.calls) == max_steps - 1, "the last turn's tool call is not run"
+
+
+def test_tool_arguments_that_are_not_json_are_a_schema_failure_and_nothing_is_run(openai_server):
+    openai_server.script(["bad_tool_arguments"])
+    kit = tools()
+    assert OpenAIModel().draft(TICKET, triage(), kit).body
+    assert kit.calls == [], "the garbled call was not run"
+    assert openai_server.by_behaviour == {"bad_tool_arguments": 1, "valid": 1}
+    retry = openai_server.requests[1]["body"]["messages"]
+    assert all(m["role"] != "tool" for m in retry), "nothing of the garbled turn was sent back"
 
 
 def test_a_tool_call_where_no_tool_is_offered_is_a_schema_failure(openai_server):

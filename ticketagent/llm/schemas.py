@@ -3,7 +3,8 @@
 The action allow-list lives here: nothing a ticket says can add to it.
 
 What is *sent* to the model as the JSON schema (``model_json_schema()``, which
-the SDK's ``chat.completions.parse()`` turns into a strict ``response_format``)
+the SDK's ``type_to_response_format_param()`` turns into a strict ``response_format``,
+built once per schema: ``openai_client.response_format()``)
 is the portable subset every strict implementation accepts: types, enums,
 ``anyOf``, every property required, no extra properties. Length and count
 limits and defaults are not sent -- strict modes have refused ``minLength``,
