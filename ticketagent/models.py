@@ -58,6 +58,7 @@ class Task(models.Model):
     failure_threshold = models.PositiveIntegerField(default=3)
     consecutive_failures = models.PositiveIntegerField(default=0)
     status_reason = models.TextField(blank=True)
+    # set when the task is suspended (the last item done before it): shown beside the suspension
     last_success_item = models.ForeignKey(
         "Item", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -81,9 +81,9 @@ from ops.fake_model.answers import (
     valid_answer,
 )
 
-BEHAVIOURS = ("valid", "invalid", "over_limits", "garbage", "refusal", "length", "content_filter", "inject", "inject_extra", "tool_call", "loop",
-              "bad_tool_arguments",
-              "slow", "drop", "429", "500", "503", "400", "401")
+BEHAVIOURS = ("valid", "invalid", "over_limits", "garbage", "refusal", "length", "content_filter", "inject",
+              "inject_extra", "tool_call", "loop", "bad_tool_arguments", "slow", "drop", "429", "500", "503", "400",
+              "401")
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -109,6 +109,27 @@ def test_consecutive_model_failures_suspend_the_task_with_the_reason(openai_serv
     assert openai_server.calls == 4
 
 
+def test_a_success_ends_the_run_of_failures_and_the_suspension_names_the_last_item_done(openai_server, sandbox,
+                                                                                         queue):
+    task = make_task(5, failure_threshold=2)
+    items = list(task.items.order_by("row"))
+    openai_server.mode = "429"
+    assert run(items[0]).startswith("failed")
+    openai_server.mode = "valid"
+    assert run(items[1]) == "done"
+    task.refresh_from_db()
+    assert task.consecutive_failures == 0 and task.last_success_item_id is None, "nothing is suspended yet"
+    assert run(items[2]) == "done"
+    openai_server.mode = "429"
+    run(items[3])
+    run(items[4])
+    task.refresh_from_db()
+    assert task.status == TaskStatus.SUSPENDED
+    assert task.last_success_item_id == items[2].pk, "the last item done before the suspension"
+    suspended = Event.objects.get(task=task, type=EventType.SUSPENDED)
+    assert suspended.payload["last_success_item"] == items[2].pk
+
+
 # --------------------------------------------------------------------------- resume without re-asking
 
 

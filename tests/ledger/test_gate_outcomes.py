@@ -66,6 +66,16 @@ def test_connection_refused_before_sending_is_failed(sandbox, settings):
     result = run_notify()
     assert result.state == EffectState.FAILED
     assert "could not connect" in result.effect.last_error
+    row = Effect.objects.get()
+    assert row.answered is False and row.settle_after is None, "only an unknown waits for a settle time"
+
+
+def test_each_transition_records_the_row_as_it_became(sandbox):
+    run_notify()
+    row = Effect.objects.get()
+    transitions = list(row.transitions.order_by("pk"))
+    assert [t.to_state for t in transitions] == ["intent", "committed"]
+    assert transitions[-1].snapshot == row.snapshot(), "every field of the row after the outcome, its id included"
 
 
 def test_same_slot_other_payload_is_a_blocked_conflict(sandbox):

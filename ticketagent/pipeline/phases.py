@@ -130,6 +130,9 @@ def item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> None
         label = ModelError.KINDS.get(kind, kind.replace("_", " "))
         task.status = TaskStatus.SUSPENDED
         task.status_reason = f"{task.consecutive_failures} consecutive failures: {label}"
+        # shown beside the suspension: derived now, not written by every item that succeeds
+        task.last_success_item_id = (Item.objects.filter(task=task, status=ItemStatus.DONE)
+                                     .order_by("-finished_at", "-pk").values_list("pk", flat=True).first())
         task.save()
         event_append(task_id=task.pk, type=EventType.SUSPENDED, payload={
             "reason": task.status_reason, "last_success_item": task.last_success_item_id,
@@ -178,10 +181,9 @@ def item_stop(run: ItemRun, *, status: str, event_type: str, reason: str) -> Non
     item.save(update_fields=[*Item.LEASE_FIELDS, "status", "last_error", "finished_at", "updated_at"])
     event_append(task_id=task.pk, item_id=item.pk, type=event_type,
                  payload={"status": status, "reason": reason} if reason else {})
-    if status == ItemStatus.DONE:
-        task.consecutive_failures = 0
-        task.last_success_item = item
-        task.save(update_fields=["consecutive_failures", "last_success_item", "updated_at"])
+    if status == ItemStatus.DONE and task.consecutive_failures:
+        task.consecutive_failures = 0  # a success ends the run of failures (the task row is written only then)
+        task.save(update_fields=["consecutive_failures", "updated_at"])
     task_maybe_finish(task)
     run.stopped, run.ended = True, "done" if status == ItemStatus.DONE else "waiting"
 
