@@ -4,7 +4,6 @@ import json
 import logging
 
 from django.conf import settings
-from openai.lib._parsing import type_to_response_format_param
 from pydantic import ValidationError
 
 from ticketagent.llm.base import ModelError, Tools, endpoint_label, one_line_subject
@@ -46,6 +45,8 @@ def response_format(schema) -> dict:
     `parse()` would build it and walk it again on every call (4-5 ms of a worker's CPU a call)."""
     fmt = _RESPONSE_FORMATS.get(schema)
     if fmt is None:
+        from openai.lib._parsing import type_to_response_format_param  # the SDK loads with the client
+
         fmt = _RESPONSE_FORMATS[schema] = type_to_response_format_param(schema)
     return fmt
 
@@ -105,8 +106,8 @@ class OpenAIModel:
         The request carries the schema's strict `response_format` as it is
         (`response_format()`, built once), and the answer is validated
         against the schema here: what the SDK's `parse()` does, without
-        rebuilding the schema on every call. The SDK itself retries 408/409/429/5xx, timeouts and dropped
-        connections (OPENAI_MAX_RETRIES, honouring `retry-after`); this loop
+        rebuilding the schema on every call. The SDK itself retries
+        408/409/429/5xx, timeouts and dropped connections (OPENAI_MAX_RETRIES, honouring `retry-after`); this loop
         adds one retry for an answer that does not match the schema, and runs
         the read-only tools the model asks for. A model still asking for tools
         on its AGENT_MAX_STEPS-th turn stops the step with kind "step_limit".
