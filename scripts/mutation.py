@@ -156,6 +156,10 @@ def execute(kind: str) -> None:
     if workers == 1:
         run(tool("cosmic-ray"), "exec", str(config), str(SESSION), check=True)
         return
+    for n in range(workers):
+        if port_open(FIRST_PORT + n):
+            raise SystemExit(f"mutation: port {FIRST_PORT + n} is taken (a worker of an earlier session still "
+                             f"running? `pkill -f 'cosmic-ray http-worker'`)")
     servers = []
     try:
         for n in range(workers):
@@ -173,22 +177,30 @@ def execute(kind: str) -> None:
             stop_popen(server)
 
 
+def port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def wait_for_port(port: int, proc: subprocess.Popen) -> None:
     for _ in range(300):
         if proc.poll() is not None:
             raise SystemExit(f"mutation: the worker for port {port} exited ({proc.returncode}); see {WORK}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        if port_open(port):
             return
-        except OSError:
-            time.sleep(0.1)
+        time.sleep(0.1)
     raise SystemExit(f"mutation: the worker for port {port} did not listen within 30 s")
 
 
 def forget_survivors() -> int:
-    """Drop the survivors' results, so that `exec` runs them again."""
+    """Drop the survivors' results (and those of runs a worker could not finish), so that `exec` runs them
+    again."""
     with sqlite3.connect(SESSION) as db:
-        return db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'").rowcount
+        return db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED' OR worker_outcome = 'ABNORMAL'"
+                          " OR test_outcome IS NULL").rowcount
 
 
 def run_survivors_in_full() -> None:
