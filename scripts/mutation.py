@@ -149,9 +149,23 @@ def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=tree(0), env=environment(0), **kwargs)
 
 
+def drop_test_databases(workers: int) -> None:
+    """Each worker's test database is dropped before a stage: a run stopped mid-test (a timeout, a
+    Ctrl-C) leaves rows behind, and with `--reuse-db` the next runs would fail on them, not on the
+    mutant. The first run of each worker creates its database again."""
+    import psycopg
+
+    urls = {environment(n)["TEST_DATABASE_URL"] for n in range(workers)}
+    for url in sorted(urls):
+        base, _, name = url.rpartition("/")
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as db:
+            db.execute(f'DROP DATABASE IF EXISTS "test_{name or "ticketagent"}" WITH (FORCE)')
+
+
 def execute(kind: str) -> None:
     """`cosmic-ray exec`: in tree 0 with one job, else through one http-worker per copy."""
     workers = jobs()
+    drop_test_databases(workers)
     config = write_config(kind, workers)
     if workers == 1:
         run(tool("cosmic-ray"), "exec", str(config), str(SESSION), check=True)
