@@ -70,6 +70,25 @@ def test_connection_refused_before_sending_is_failed(sandbox, settings):
     assert row.answered is False and row.settle_after is None, "only an unknown waits for a settle time"
 
 
+def test_each_change_is_announced_as_recorded_and_a_refusal_as_not(sandbox):
+    """A listener copies into a log of its own only what the ledger has no transition of (`recorded`)."""
+    from ledger.signals import effect_changed
+
+    told = []
+
+    def listen(sender, event, recorded=False, **kwargs):
+        told.append((event, recorded))
+
+    effect_changed.connect(listen)
+    try:
+        run_notify()
+        run_notify(claim_token="worker-b")  # the same key again: blocked
+    finally:
+        effect_changed.disconnect(listen)
+    assert told == [("EFFECT_INTENT", True), ("EFFECT_COMMITTED", True), ("EFFECT_BLOCKED", False)]
+    assert EffectTransition.objects.count() == 2
+
+
 def test_each_transition_records_the_row_as_it_became(sandbox):
     run_notify()
     row = Effect.objects.get()
