@@ -27,8 +27,9 @@ How a session runs:
    ``_mN``). Each run has a Redis server of its own
    (TICKETAGENT_REDIS_SERVER=system) and the PostgreSQL of
    TEST_DATABASE_URL, else the checkout's private server (var/postgres,
-   ops/pgserver.py), started once for the session and stopped at its end
-   (``--reuse-db`` keeps the test databases between mutants).
+   ops/pgserver.py), started once for the session and stopped at its end.
+   The test databases are created afresh for each stage and kept between
+   its mutants (``--reuse-db``).
 4. Prints the diff of every surviving mutant and cosmic-ray's totals.
    Survivors are killed by a test or listed with their reason in
    docs/testing.md ("Equivalent mutants").
@@ -44,18 +45,16 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ops import pgserver  # noqa: E402
-from ops.processes import stop_popen  # noqa: E402
+from ops.processes import port_is_free, stop_popen, wait_port  # noqa: E402
 
 WORK = ROOT / "var" / "mutation"
 SESSION = WORK / "session.sqlite"
@@ -136,13 +135,19 @@ def tool(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
+def worker_database(n: int) -> tuple[str, str]:
+    """Worker n's database server URL (up to the name) and database name: TEST_DATABASE_URL's, plus `_mN`
+    for every worker but the first."""
+    server, _, name = os.environ["TEST_DATABASE_URL"].rpartition("/")
+    name = name or "ticketagent"
+    return server, f"{name}_m{n}" if n else name
+
+
 def environment(n: int = 0) -> dict:
     """Worker n's environment: a Redis server per run, a test database per worker."""
-    env = {**os.environ, "TICKETAGENT_REDIS_SERVER": os.environ.get("TICKETAGENT_REDIS_SERVER", "system")}
-    if n:
-        base, _, name = env["TEST_DATABASE_URL"].rpartition("/")
-        env["TEST_DATABASE_URL"] = f"{base}/{name or 'ticketagent'}_m{n}"
-    return env
+    server, name = worker_database(n)
+    return {**os.environ, "TICKETAGENT_REDIS_SERVER": os.environ.get("TICKETAGENT_REDIS_SERVER", "system"),
+            "TEST_DATABASE_URL": f"{server}/{name}"}
 
 
 def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -155,11 +160,10 @@ def drop_test_databases(workers: int) -> None:
     mutant. The first run of each worker creates its database again."""
     import psycopg
 
-    urls = {environment(n)["TEST_DATABASE_URL"] for n in range(workers)}
-    for url in sorted(urls):
-        base, _, name = url.rpartition("/")
-        with psycopg.connect(f"{base}/postgres", autocommit=True) as db:
-            db.execute(f'DROP DATABASE IF EXISTS "test_{name or "ticketagent"}" WITH (FORCE)')
+    for n in range(workers):
+        server, name = worker_database(n)
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as db:
+            db.execute(f'DROP DATABASE IF EXISTS "test_{name}" WITH (FORCE)')  # pytest-django's test database
 
 
 def execute(kind: str) -> None:
@@ -171,7 +175,7 @@ def execute(kind: str) -> None:
         run(tool("cosmic-ray"), "exec", str(config), str(SESSION), check=True)
         return
     for n in range(workers):
-        if port_open(FIRST_PORT + n):
+        if not port_is_free(FIRST_PORT + n):
             raise SystemExit(f"mutation: port {FIRST_PORT + n} is taken (a worker of an earlier session still "
                              f"running? `pkill -f 'cosmic-ray http-worker'`)")
     servers = []
@@ -179,34 +183,23 @@ def execute(kind: str) -> None:
         for n in range(workers):
             if not tree(n).exists():
                 copy_tree(n)
-            log = (WORK / f"worker-{n}.log").open("ab")
-            servers.append(subprocess.Popen(
-                [tool("cosmic-ray"), "http-worker", "--port", str(FIRST_PORT + n)],
-                cwd=tree(n), env=environment(n), stdout=log, stderr=subprocess.STDOUT))
-        for n in range(workers):
-            wait_for_port(FIRST_PORT + n, servers[n])
+            with (WORK / f"worker-{n}.log").open("ab") as log:
+                servers.append(subprocess.Popen(
+                    [tool("cosmic-ray"), "http-worker", "--port", str(FIRST_PORT + n)],
+                    cwd=tree(n), env=environment(n), stdout=log, stderr=subprocess.STDOUT))
+        for n, server in enumerate(servers):
+            if not wait_port(FIRST_PORT + n, 30.0, check=lambda s=server, n=n: exited(s, n)):
+                raise SystemExit(f"mutation: the worker for port {FIRST_PORT + n} did not listen within 30 s")
         run(tool("cosmic-ray"), "exec", str(config), str(SESSION), check=True)
     finally:
         for server in servers:
             stop_popen(server)
 
 
-def port_open(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-def wait_for_port(port: int, proc: subprocess.Popen) -> None:
-    for _ in range(300):
-        if proc.poll() is not None:
-            raise SystemExit(f"mutation: the worker for port {port} exited ({proc.returncode}); see {WORK}")
-        if port_open(port):
-            return
-        time.sleep(0.1)
-    raise SystemExit(f"mutation: the worker for port {port} did not listen within 30 s")
+def exited(server: subprocess.Popen, n: int) -> None:
+    if server.poll() is not None:
+        raise SystemExit(f"mutation: the worker for port {FIRST_PORT + n} exited ({server.returncode}); "
+                         f"see {WORK / f'worker-{n}.log'}")
 
 
 def forget_survivors() -> int:
