@@ -10,7 +10,7 @@ from django.db import transaction
 
 from ledger.actions import registered_actions
 from ledger.channels.base import Channel, committed, current_deadline
-from ledger.gate import effect_perform, intent_prepare, intent_record
+from ledger.gate import effect_perform, effect_run, intent_prepare, intent_record
 from ledger.models import Effect, EffectState
 from ledger.services import effect_not_sent
 
@@ -51,8 +51,6 @@ def test_a_deadline_already_past_sends_nothing_and_leaves_the_intent(sandbox):
 
 
 def test_effect_run_says_expired_when_nothing_could_leave(sandbox):
-    from ledger.gate import effect_run
-
     result = effect_run(action="notify_customer", payload=NOTIFY, owner_task="t1", owner_item="i1",
                         owner_step="notify_customer", claim_token="worker-a", deadline=time.monotonic() - 1)
     assert (result.blocked, result.called, result.state) == ("expired", False, EffectState.INTENT)
