@@ -253,6 +253,11 @@ def survivors_again() -> int:
 
 
 def main(argv: list[str]) -> int:
+    missing = [m for m in MODULES if not (ROOT / m).is_file()]
+    if missing:
+        print(f"mutation: MUTATION_MODULES names no such file: {', '.join(missing)} (paths from the checkout's "
+              f"top, e.g. ledger/gate.py)", file=sys.stderr)
+        return 2
     if argv == ["--report-only"]:
         report()
         return 0
