@@ -8,6 +8,7 @@ nothing running (work-horses orphaned by a SIGKILLed worker included).
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,10 @@ from pathlib import Path
 from ops.processes import Child, Processes, dbos_worker_command, start_sandbox
 
 WORKER = [sys.executable, "manage.py", "worker"]
+
+# Workers, ours and the peer's, run as deployed (docs/deploy.md): DEBUG off, so no
+# query log is kept and every statement goes through the plain cursor.
+DEPLOYED = {"DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(48), "ALLOWED_HOSTS": "127.0.0.1,localhost"}
 
 
 class BenchProcesses:
@@ -31,7 +36,7 @@ class BenchProcesses:
 
     # workers ---------------------------------------------------------------
     def start_workers(self, n: int, extra_env: dict | None = None) -> list[Child]:
-        started = [self.procs.start("worker", WORKER, env=extra_env) for _ in range(n)]
+        started = [self.procs.start("worker", WORKER, env={**DEPLOYED, **(extra_env or {})}) for _ in range(n)]
         self.workers += started
         return started
 
@@ -65,7 +70,7 @@ class BenchProcesses:
                 executor = f"peer-{len(self.dbos_started) + 1}"
                 self.dbos_started.append(executor)
                 started.append(self.procs.start("dbos-worker", dbos_worker_command(
-                    database_url=database_url, executor_id=executor), env=extra_env))
+                    database_url=database_url, executor_id=executor), env={**DEPLOYED, **(extra_env or {})}))
             for child in started:
                 child.wait_line(lambda text: '"dbos_ready"' in text, timeout=timeout)
         except BaseException:
@@ -88,7 +93,8 @@ class BenchProcesses:
 
     # other processes -------------------------------------------------------
     def start_recovery(self, extra_env: dict | None = None) -> Child:
-        return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"], env=extra_env)
+        return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"],
+                                env={**DEPLOYED, **(extra_env or {})})
 
     def start_model_server(self, latency: float) -> tuple[Child, str]:
         """The fake model as a process of its own (ops.fake_model); returns it and its base URL."""

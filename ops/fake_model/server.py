@@ -9,8 +9,9 @@ intercept). As a process of its own for the bench,
     python -m ops.fake_model --latency 0.33 [--port 0] [--api-key KEY]
 
 prints one JSON line `{"port": N}` once it listens, answers every completion
-after `--latency` seconds (a model of that speed; no key checked unless
-given), `GET /_bench/counts` says how many it served; SIGTERM stops it.
+`--latency` seconds after it arrived (a model of that speed, its own work
+included; no key checked unless given), `GET /_bench/counts` says how many it
+served; SIGTERM stops it.
 
     server = FakeOpenAIServer().start()      # or the `openai_server` fixture
     server.mode = "valid"                    # the default behaviour
@@ -133,6 +134,7 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         path = self.path.split("?")[0].rstrip("/")
         body = self._body()
+        self.arrived = time.monotonic()  # the request is in: the model's latency counts from here
         if path == "/_fake/mode":
             fake.configure(**(body or {}))
             self._send(200, fake.counts())
@@ -171,9 +173,10 @@ class _Handler(BaseHTTPRequestHandler):
         if behaviour == "slow":
             fake.stopping.wait(fake.slow_seconds)
             behaviour = "valid"
-        if fake.latency > 0:
-            fake.stopping.wait(fake.latency)
-        self._send(200, fake.completion(body, behaviour))
+        answer = fake.completion(body, behaviour)
+        if fake.latency > 0:  # answered `latency` after the request arrived, its own work included
+            fake.stopping.wait(max(0.0, self.arrived + fake.latency - time.monotonic()))
+        self._send(200, answer)
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -367,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.fake_model", description="The fake model, as a process.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--latency", type=float, default=1.0, help="seconds before each answer")
+    parser.add_argument("--latency", type=float, default=1.0, help="seconds from a request to its answer")
     parser.add_argument("--api-key", default="", help="the key clients must send (default: none checked)")
     args = parser.parse_args(argv)
     fake = FakeOpenAIServer(host=args.host, port=args.port, api_key=args.api_key, latency=args.latency)
