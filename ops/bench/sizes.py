@@ -15,7 +15,7 @@ class Sizes:
     latency_items: int = 0  # 0: latency_per_worker x W
     latency_per_worker: int = 5
     latency_fork_items: int = 0  # the forking workers' run; 0: latency_per_worker x W
-    latency_per_worker_item: int = 15  # the "1 s per item" reading (items take 1 s, not 3)
+    latency_per_worker_item: int = 30  # the "1 s per item" reading (items take 1 s, not 3): 30 s a run
     model_latency: float = 1.0
     kill_rounds: int = 3
     dataset_items: int = 100_000
@@ -26,9 +26,9 @@ class Sizes:
     dashboard_requests: int = 30
     dryrun_repeats: int = 5
     replay_repeats: int = 1
-    peer_items: int = 60  # tickets per run, each side
+    peer_items: int = 150  # tickets per run, each side
     peer_workers: tuple[int, ...] = (1, 2, 4)
-    peer_repeats: int = 3
+    peer_repeats: int = 5  # the median of 5 a side: single runs of a CPU-bound pair on 2 cores vary by ±20 %
     writes_items: int = 100
     upload_sizes: tuple[int, ...] = (10_000,)
     fair_big: int = 10_000
