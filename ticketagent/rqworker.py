@@ -136,9 +136,25 @@ def _probe_timeout(interval: float) -> float:
     return max(1.0, min(5.0, interval / 2))
 
 
-class Worker(CommandChannelWatchdog, RQWorker):
+class StopNoted:
+    """Mixin for an rq worker: a stop signal is noted before rq acts on it.
+
+    Between jobs rq answers SIGINT/SIGTERM by raising `StopRequested` from the
+    signal handler, wherever the worker happens to be. Raised inside a log call
+    (rq logs each job it dequeues) or any other `except Exception`, it is
+    swallowed: the worker goes on taking jobs, ignores the second signal that
+    follows within a second (`request_force_stop`), and is killed when its
+    supervisor's grace runs out (`make run`, systemd). Noted first, the stop
+    holds either way: the work loop ends before its next job."""
+
+    def _shutdown(self):
+        self._stop_requested = True
+        super()._shutdown()
+
+
+class Worker(StopNoted, CommandChannelWatchdog, RQWorker):
     """rq's forking worker (WORKER_FORK=true) with a checked command channel."""
 
 
-class SimpleWorker(CommandChannelWatchdog, RQSimpleWorker):
+class SimpleWorker(StopNoted, CommandChannelWatchdog, RQSimpleWorker):
     """rq's in-process worker (the default) with a checked command channel."""
