@@ -22,6 +22,10 @@ WORKER = [sys.executable, "manage.py", "worker"]
 DEPLOYED = {"DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(48), "ALLOWED_HOSTS": "127.0.0.1,localhost"}
 
 
+def deployed(extra_env: dict | None) -> dict:
+    return {**DEPLOYED, **(extra_env or {})}
+
+
 class BenchProcesses:
     def __init__(self, workdir: Path, env: dict):
         self.workdir = workdir
@@ -36,7 +40,7 @@ class BenchProcesses:
 
     # workers ---------------------------------------------------------------
     def start_workers(self, n: int, extra_env: dict | None = None) -> list[Child]:
-        started = [self.procs.start("worker", WORKER, env={**DEPLOYED, **(extra_env or {})}) for _ in range(n)]
+        started = [self.procs.start("worker", WORKER, env=deployed(extra_env)) for _ in range(n)]
         self.workers += started
         return started
 
@@ -70,7 +74,7 @@ class BenchProcesses:
                 executor = f"peer-{len(self.dbos_started) + 1}"
                 self.dbos_started.append(executor)
                 started.append(self.procs.start("dbos-worker", dbos_worker_command(
-                    database_url=database_url, executor_id=executor), env={**DEPLOYED, **(extra_env or {})}))
+                    database_url=database_url, executor_id=executor), env=deployed(extra_env)))
             for child in started:
                 child.wait_line(lambda text: '"dbos_ready"' in text, timeout=timeout)
         except BaseException:
@@ -94,7 +98,7 @@ class BenchProcesses:
     # other processes -------------------------------------------------------
     def start_recovery(self, extra_env: dict | None = None) -> Child:
         return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"],
-                                env={**DEPLOYED, **(extra_env or {})})
+                                env=deployed(extra_env))
 
     def start_model_server(self, latency: float) -> tuple[Child, str]:
         """The fake model as a process of its own (ops.fake_model); returns it and its base URL."""

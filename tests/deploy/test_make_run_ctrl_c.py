@@ -48,7 +48,7 @@ def test_ctrl_c_during_a_batch_stops_everything_without_a_kill(tmp_path):
         port = int(re.search(r"dashboard +http://127\.0\.0\.1:(\d+)/", text).group(1))
         urls = re.search(r"export (DATABASE_URL=\S+) (REDIS_URL=\S+)", text)
         assert urls, text[-3000:]
-        wait_for(lambda: _keep_alive(port, connections), timeout=60, message="the dashboard answering")
+        connections.append(wait_for(lambda: _open(port), timeout=60, message="the dashboard answering"))
         connections += [c for c in (_open(port) for _ in range(2)) if c is not None]
         upload_env = {**env, **dict(kv.split("=", 1) for kv in urls.groups())}
         upload = subprocess.run([sys.executable, "manage.py", "upload", "docs/examples/tickets.csv", "--name",
@@ -83,9 +83,3 @@ def _open(port: int) -> http.client.HTTPConnection | None:
         return None
     return conn
 
-
-def _keep_alive(port: int, connections: list) -> bool:
-    conn = _open(port)
-    if conn is not None:
-        connections.append(conn)
-    return conn is not None
