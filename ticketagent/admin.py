@@ -10,7 +10,7 @@ them with it).
 from django.contrib import admin
 
 from ledger.admin import ReadOnlyAdmin as ViewOnlyAdmin
-from ticketagent.models import Blob, Checkpoint, Event, Item, Task
+from ticketagent.models import Article, Blob, Checkpoint, Event, Item, Playbook, PlaybookVersion, Task
 
 
 @admin.register(Task)
@@ -58,3 +58,23 @@ class EventAdmin(ViewOnlyAdmin):
 @admin.register(Blob)
 class BlobAdmin(ViewOnlyAdmin):
     list_display = ("sha256", "created_at")
+
+
+@admin.register(Playbook)
+class PlaybookAdmin(ViewOnlyAdmin):
+    """Playbooks are edited on their own pages (drafts, publishing): here they are only shown."""
+
+    list_display = ("id", "name", "created_at")
+
+
+@admin.register(PlaybookVersion)
+class PlaybookVersionAdmin(ViewOnlyAdmin):
+    list_display = ("id", "playbook", "number", "status", "content_hash", "published_by", "published_at")
+    list_filter = ("status",)
+    list_select_related = ("playbook", "published_by")
+
+
+@admin.register(Article)
+class ArticleAdmin(ViewOnlyAdmin):
+    list_display = ("id", "version", "title", "enabled")
+    list_select_related = ("version__playbook",)

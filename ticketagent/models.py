@@ -7,6 +7,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Upper
 
+from ticketagent.playbooks.models import Article, Playbook, PlaybookVersion, VersionStatus  # noqa: F401 - models
+
 
 class TaskStatus(models.TextChoices):
     QUEUED = "queued", "queued"
@@ -67,6 +69,10 @@ class Task(models.Model):
     # task moves again, so the dashboard reads this instead of counting them.
     final_counts = models.JSONField(null=True, blank=True, editable=False)
     source_task = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    # the playbook version the task pins (its items may be moved to a newer one: Item.playbook_version)
+    playbook_version = models.ForeignKey(PlaybookVersion, on_delete=models.PROTECT, related_name="tasks")
+    # a rehearsal runs the model steps and the rules for real and no effect step at all
+    rehearsal = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-id"]
@@ -94,6 +100,9 @@ class Item(models.Model):
     priority = models.CharField(max_length=16, default="normal")
     language = models.CharField(max_length=16, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    # expected labels from the file (expected_category, _priority, _actions): a rehearsal's agreement
+    expected = models.JSONField(default=dict, blank=True)
+    playbook_version = models.ForeignKey(PlaybookVersion, on_delete=models.PROTECT, related_name="+")
 
     status = models.CharField(max_length=20, choices=ItemStatus.choices, default=ItemStatus.QUEUED)
     # Bumped whenever the item is handed to the queue again; part of the job id.
@@ -163,6 +172,8 @@ class Checkpoint(models.Model):
     item = models.OneToOneField(Item, on_delete=models.CASCADE, related_name="checkpoint")
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
     plan_version = models.PositiveIntegerField()
+    # the playbook version the outputs were computed under (with plan_version: what the item runs on)
+    playbook_version = models.ForeignKey(PlaybookVersion, on_delete=models.PROTECT, related_name="+")
     schema_version = models.PositiveIntegerField()
     cursor = models.PositiveIntegerField(default=0)
     input_hash = models.CharField(max_length=64)
@@ -172,7 +183,8 @@ class Checkpoint(models.Model):
 
     def snapshot(self) -> dict:
         return {
-            "task_id": self.task_id, "plan_version": self.plan_version, "schema_version": self.schema_version,
+            "task_id": self.task_id, "plan_version": self.plan_version, "playbook_version": self.playbook_version_id,
+            "schema_version": self.schema_version,
             "cursor": self.cursor, "input_hash": self.input_hash, "step_outputs": self.step_outputs,
             "retry_count": self.retry_count,
         }
@@ -211,6 +223,9 @@ class EventType(models.TextChoices):
     CANCELLED = "CANCELLED"
     TASK_STATUS = "TASK_STATUS"
     NEEDS_MIGRATION = "NEEDS_MIGRATION"
+    PLAN_CARRIED = "PLAN_CARRIED"  # a go-live item starts from its rehearsal's reviewed step outputs
+    PLAN_RECOMPUTED = "PLAN_RECOMPUTED"  # a go-live item whose ticket changed since the rehearsal: decided again
+    ITEM_MOVED = "ITEM_MOVED"  # moved to another playbook version: its model steps recompute there
 
 
 class AppendOnlyError(Exception):

@@ -31,8 +31,31 @@ STEPS: tuple[Step, ...] = (
 )
 STEP_NAMES = tuple(s.name for s in STEPS)
 MODEL_STEPS = tuple(s.name for s in STEPS if s.kind == "model")
+EFFECT_STEPS = tuple(s.name for s in STEPS if s.kind == "effect")
+# the effect steps that carry the draft to the helpdesk or the customer: held when a reply check fails
+REPLY_ACTIONS = ("save_draft", "notify_customer")
+IRREVERSIBLE_HOLD = "irreversible: closing waits for an operator's approval"
 # The output of an effect step the decision did not choose (a STEP_SKIPPED event, not STEP_DONE).
 NOT_CHOSEN = {"skipped": "not chosen by the decision"}
+
+
+def steps_of(*, rehearsal: bool) -> tuple[Step, ...]:
+    """The steps an item runs: all of them, or for a rehearsal the model steps only (nothing is sent)."""
+    return STEPS[: len(MODEL_STEPS)] if rehearsal else STEPS
+
+
+def chosen_actions(outputs: dict) -> list[str]:
+    """The actions that run: the decide step's output, as the rules let it (`playbooks.rules.decision_review`)."""
+    return list(outputs["decide"]["actions"])
+
+
+def effect_holds(outputs: dict, *, allow_auto_close: bool) -> dict[str, str]:
+    """The actions that wait for a person's approval, and why: those the rules or a failed reply check
+    held, and `close_ticket` (irreversible) unless the task allows an automatic close."""
+    held = dict(outputs["decide"].get("held") or {})
+    if not allow_auto_close:
+        held.setdefault("close_ticket", IRREVERSIBLE_HOLD)
+    return held
 
 
 def not_chosen(output) -> bool:
@@ -52,6 +75,10 @@ def effect_action(step: str, *, notify_channel: str) -> str:
     return step
 
 
+# where `escalate` sends a ticket: the playbook category's field -> the payload's
+ESCALATE_FIELDS = {"rt_queue": "queue", "rt_owner": "owner", "zendesk_group": "group"}
+
+
 def effect_payload(step: str, *, ticket: dict, outputs: dict) -> dict:
     """Build an effect's payload from the ticket and persisted step outputs."""
     reply, decision, triage = outputs["draft"], outputs["decide"], outputs["triage"]
@@ -64,6 +91,8 @@ def effect_payload(step: str, *, ticket: dict, outputs: dict) -> dict:
         body = {"status": decision.get("status") or "pending"}
     elif step == "escalate":
         body = {"note": f"{triage['priority']} {triage['category']}: {triage['summary']}"[:1000]}
+        target = decision.get("escalate_to") or {}  # the category's, per helpdesk (the playbook)
+        body.update({name: target[key] for key, name in ESCALATE_FIELDS.items() if target.get(key)})
     elif step == "close_ticket":
         body = {"reason": decision.get("reason", "")[:1000]}
     else:  # pragma: no cover - the plan is fixed

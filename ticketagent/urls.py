@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from ticketagent.web import items, ledger, metrics, probes, review, tasks, upload, workers
+from ticketagent.web import items, ledger, metrics, playbooks, probes, rehearsals, review, tasks, upload, workers
 
 urlpatterns = [
     path("", tasks.task_list, name="tasks"),
@@ -18,6 +18,25 @@ urlpatterns = [
     path("tasks/<int:pk>/pause/", tasks.task_pause_view, name="task-pause"),
     path("tasks/<int:pk>/cancel/", tasks.task_cancel_view, name="task-cancel"),
     path("tasks/<int:pk>/clone/", tasks.task_clone_view, name="task-clone"),
+    path("tasks/<int:pk>/move-version/", tasks.task_move_version_view, name="task-move-version"),
+    path("tasks/<int:pk>/rehearsal/", rehearsals.rehearsal_report, name="rehearsal"),
+    path("tasks/<int:pk>/rehearsal/rerun/", rehearsals.rehearsal_rerun_view, name="rehearsal-rerun"),
+    path("tasks/<int:pk>/compare/<int:other>/", rehearsals.rehearsal_compare, name="rehearsal-compare"),
+    path("tasks/<int:pk>/go-live/", rehearsals.go_live_view, name="go-live"),
+    path("playbooks/", playbooks.playbook_list, name="playbooks"),
+    path("playbooks/import/", playbooks.playbook_import_view, name="playbook-import"),
+    path("playbooks/<int:pk>/", playbooks.playbook_detail, name="playbook"),
+    path("playbooks/<int:pk>/draft/", playbooks.draft_open_view, name="playbook-draft"),
+    path("playbooks/<int:pk>/diff/", playbooks.playbook_diff, name="playbook-diff"),
+    path("playbooks/versions/<int:pk>/", playbooks.version_detail, name="playbook-version"),
+    path("playbooks/versions/<int:pk>/guidance/", playbooks.version_guidance, name="playbook-guidance"),
+    path("playbooks/versions/<int:pk>/categories/", playbooks.version_categories, name="playbook-categories"),
+    path("playbooks/versions/<int:pk>/rules/", playbooks.version_rules, name="playbook-rules"),
+    path("playbooks/versions/<int:pk>/reply/", playbooks.version_reply, name="playbook-reply"),
+    path("playbooks/versions/<int:pk>/articles/", playbooks.version_article_add, name="playbook-article-add"),
+    path("playbooks/versions/<int:pk>/articles/<int:index>/", playbooks.version_article, name="playbook-article"),
+    path("playbooks/versions/<int:pk>/publish/", playbooks.version_publish, name="playbook-publish"),
+    path("playbooks/versions/<int:pk>/export.yaml", playbooks.version_export, name="playbook-export"),
     path("items/<int:pk>/", items.item_detail, name="item-detail"),
     path("items/<int:pk>/approval/", review.item_approval_view, name="item-approval"),
     path("items/<int:pk>/retry/", review.item_retry_view, name="item-retry"),

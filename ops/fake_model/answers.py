@@ -200,17 +200,41 @@ def inject_answer(schema: str, ticket: dict, body: dict, *, extra: bool) -> dict
 
 
 
-def valid_answer(schema: str, ticket: dict, results: list[str] = ()) -> dict:
-    """JSON fitting the schema the client asked for, derived from the ticket (and the tools' results)."""
+def asked_categories(body: dict) -> list[str]:
+    """The categories a Triage request allows (its schema's enum: the playbook's), if it names them."""
+    try:
+        return list(body["response_format"]["json_schema"]["schema"]["properties"]["category"]["enum"])
+    except (KeyError, TypeError):
+        return []
+
+
+def result_text(result: str) -> str:
+    """A tool's result as a model would quote it: an article's text, not the JSON around it."""
+    try:
+        data = json.loads(result)
+    except ValueError:
+        return result
+    first = data[0] if isinstance(data, list) and data else data
+    if isinstance(first, dict):
+        return str(first.get("body") or first.get("answer") or first.get("subject") or "")
+    return result
+
+
+def valid_answer(schema: str, ticket: dict, results: list[str] = (), categories: list[str] = ()) -> dict:
+    """JSON fitting the schema the client asked for, derived from the ticket (and the tools' results);
+    a triage's category is one of `categories` when the request named them."""
     subject = ticket.get("subject") or "your request"
     if schema == "Triage":
-        return {"category": category(ticket), "priority": ticket.get("priority") or "normal",
+        guess = category(ticket)
+        if categories and guess not in categories:
+            guess = "other" if "other" in categories else categories[-1]
+        return {"category": guess, "priority": ticket.get("priority") or "normal",
                 "sentiment": "neutral", "language": (ticket.get("language") or "en")[:16],
                 "summary": f"{subject}"[:200]}
     if schema == "Reply":
-        hint = "\n\nFrom the knowledge base: " + results[-1][:300] if results else ""
+        hint = "\n\nFrom the knowledge base: " + result_text(results[-1])[:300] if results else ""
         return {"subject": f"Re: {subject}"[:300],
-                "body": f"Hello,\n\nthank you for writing about \"{subject}\".{hint}\n\nBest regards,\nSupport"}
+                "body": f"Hello,\n\nthank you for writing about \"{subject}\". We are on it.{hint}"}
     if schema == "Decision":
         return {"actions": ["save_draft", "notify_customer", "set_status"], "status": "pending",
                 "reason": "answered; waiting for the customer"}

@@ -70,6 +70,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ops.fake_model.answers import (
+    asked_categories,
     category,
     check_request,
     error_body,
@@ -363,7 +364,7 @@ class FakeOpenAIServer:
             return custom(ticket, body)
         if custom is not None:
             return custom
-        return valid_answer(schema, ticket, tool_results(body))
+        return valid_answer(schema, ticket, tool_results(body), categories=asked_categories(body))
 
 
 def main(argv: list[str] | None = None) -> int:

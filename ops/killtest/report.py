@@ -30,6 +30,9 @@ class Report:
     duplicate_keys: dict = field(default_factory=dict)  # key -> (task id, deliveries beyond the first)
     per_task: dict = field(default_factory=dict)  # task id -> Counter (lost, late, after settled, ...)
     round_faults: dict = field(default_factory=dict)  # task id -> the slow-worker fault of its round
+    playbook: str = ""  # the playbook the tasks ran on (its rules and reply checks on)
+    approvals: Counter = field(default_factory=Counter)  # approved / rejected by the harness playing the operator
+    rehearsal_items: int = 0  # items of the rehearsals run beside the rounds: they must send nothing
 
     def count(self, task, what: str, n: int = 1) -> None:
         self.per_task.setdefault(str(task), Counter())[what] += n
@@ -66,10 +69,13 @@ class Report:
             ("... landed after a not-found look-up", self.landed_after_not_found),
             ("late writes after the ledger settled", self.after_settled),
             ("unknown -> reviewed (needed a human)", self.reviewed),
+            ("approvals (played)", ", ".join(f"{k} {v}" for k, v in sorted(self.approvals.items())) or "none"),
+            ("rehearsal items (send nothing)", self.rehearsal_items),
             ("resumes", self.resumes),
             ("blocked duplicates", self.blocked),
             ("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"),
             ("helpdesk faults", self.helpdesk_faults or "none"),
+            ("playbook", self.playbook or "the shipped one"),
             ("wall time", f"{self.seconds:.1f} s"),
             ("result", "PASS" if self.ok else f"FAIL ({len(self.problems)} problem(s))"),
         ]

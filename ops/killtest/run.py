@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import override_settings
 
+from ledger.models import Effect
 from ops.gateway import Gateway
 from ops.killtest.checks import SandboxOracle
 from ops.killtest.pool import WorkerPool
@@ -24,7 +25,10 @@ from ops.rt_server import OTHER_QUEUE, start_rt_server, stop_rt_server
 from ops.samples import ticket_rows
 from sandbox.client import SandboxClient
 from ticketagent.models import ItemStatus, Task, TaskStatus
+from ticketagent.playbooks.files import spec_from_file
+from ticketagent.playbooks.services import playbook_import
 from ticketagent.services import ServiceError
+from ticketagent.services.items import item_approve
 from ticketagent.services.resume import task_resume
 from ticketagent.services.tasks import task_create
 
@@ -75,6 +79,8 @@ class Harness:
     kill_every: tuple[float, float]
     slow: SlowFaults | None = None
     round_faults: tuple[str, ...] = ()  # the slow-worker faults, one per round in turn
+    playbook_version: object = None  # the tasks' playbook version (None: the shipped one)
+    rehearsals: bool = False  # each round also rehearses its tickets: nothing may be sent for them
 
 
 def _slow_fault(h: Harness, kind: str, now: float, next_slow: float, calm_after: float) -> float:
@@ -122,11 +128,24 @@ def _drive_round(task: Task, h: Harness, kind: str = "") -> None:
         time.sleep(0.2)
 
 
+def _approve_waiting(task: Task, h: Harness) -> None:
+    """Play the operator on what the playbook held for approval: approve or reject, at random."""
+    for item_id in task.items.filter(status=ItemStatus.WAITING_APPROVAL).values_list("pk", flat=True):
+        approved = h.rng.random() < 0.5
+        try:
+            item_approve(item_id=item_id, approved=approved, reason="kill test: the operator decided",
+                         actor="killtest")
+        except ServiceError:
+            continue  # it moved meanwhile
+        h.report.approvals["approved" if approved else "rejected"] += 1
+
+
 def _tend(task: Task, h: Harness) -> bool:
     """Play the operator for the task once; True when it has completed."""
     try:
         task.refresh_from_db()
         h.oracle.play_operator(task, h.report)
+        _approve_waiting(task, h)
         if task.status in (TaskStatus.SUSPENDED, TaskStatus.PAUSED) or (
                 task.status == TaskStatus.NEEDS_REVIEW and task.items.filter(status=ItemStatus.FAILED).exists()):
             try:
@@ -141,17 +160,38 @@ def _tend(task: Task, h: Harness) -> bool:
     return False
 
 
+def _rehearsed(rehearsal: Task, h: Harness, deadline: float) -> None:
+    """After a round: its rehearsal driven to its end, then checked: every item done, not one effect."""
+    while time.monotonic() < deadline and not _tend(rehearsal, h):
+        h.pool.restart_dead()
+        time.sleep(0.2)
+    rehearsal.refresh_from_db()
+    h.report.rehearsal_items += rehearsal.items.count()
+    sent = Effect.objects.filter(owner_task=str(rehearsal.pk)).count()
+    if sent:
+        h.report.problems.append(f"rehearsal task {rehearsal.pk}: {sent} effect(s) in the ledger; it sends nothing")
+    not_done = rehearsal.items.exclude(status=ItemStatus.DONE).count()
+    if not_done:
+        h.report.lost_items += not_done
+        h.report.problems.append(f"rehearsal task {rehearsal.pk}: {not_done} item(s) not done")
+
+
 def _run_rounds(h: Harness, *, rounds: int, items: int, seed: int, channel: str, out) -> None:
     task_ids = []
     for round_no in range(1, rounds + 1):
         rows = h.oracle.create_tickets(ticket_rows(items, f"K{round_no}", h.rng))
-        task = task_create(rows=rows, name=f"kill test round {round_no} (seed {seed})", allow_auto_close=True,
-                           notify_channel="email" if channel == "email" else "helpdesk",
-                           failure_threshold=items + 1)
+        options = {"allow_auto_close": True, "notify_channel": "email" if channel == "email" else "helpdesk",
+                   "failure_threshold": items + 1, "playbook_version": h.playbook_version}
+        rehearsal = task_create(rows=rows, name=f"kill test round {round_no} rehearsal (seed {seed})",
+                                rehearsal=True, **options) if h.rehearsals else None
+        task = task_create(rows=rows, name=f"kill test round {round_no} (seed {seed})", **options)
         kind = h.round_faults[(round_no - 1) % len(h.round_faults)] if h.round_faults else ""
         if kind:
             h.report.round_faults[task.pk] = kind
         _drive_round(task, h, kind)
+        if rehearsal is not None:
+            _rehearsed(rehearsal, h, time.monotonic() + h.timeout)
+            task_ids.append(rehearsal.pk)  # a delivery keyed by one of its (absent) effects is a finding
         # let in-flight work settle before counting: a slow worker wakes up and what it sends lands
         _settle_slow(h)
         time.sleep(0.5)
@@ -224,11 +264,24 @@ def _start_gateway(stack: ExitStack, helpdesk: dict, seed: int) -> Gateway:
     return gateway
 
 
+def _faults_checked(channel: str, faults: set[str], fault_seconds: float) -> set[str]:
+    """The run's faults, or ValueError naming what cannot be run."""
+    if channel not in CHANNELS:
+        raise ValueError(f"channel {channel!r} is not one of {', '.join(CHANNELS)}")
+    if faults - set(FAULTS):
+        raise ValueError(f"faults {', '.join(sorted(faults - set(FAULTS)))}: not among {', '.join(FAULTS)}")
+    lease = float(RT_ENV["LEASE_SECONDS"] if channel == "rt" else FAST_ENV["LEASE_SECONDS"])
+    if faults & set(SLOW_FAULTS) and fault_seconds <= lease:
+        raise ValueError(f"fault_seconds {fault_seconds} must outlast the lease ({lease:g} s)")
+    return faults
+
+
 def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_keys: str = "honor",
                  channel: str = "helpdesk", faults: set[str] | None = None, crash_probability: float = 0.1,
                  round_timeout: float = 120.0, kill_every: tuple[float, float] = (0.5, 2.0),
                  worker_command: list[str] | None = None, helpdesk_faults: dict | None = None,
-                 fault_seconds: float = 12.0, gateway_share: float = 0.15, out=sys.stdout) -> Report:
+                 fault_seconds: float = 12.0, gateway_share: float = 0.15, playbook: Path | None = None,
+                 rehearsals: bool = False, out=sys.stdout) -> Report:
     """Run the kill test. `channel`: helpdesk (the sandbox's REST API), email
     (SMTP, no look-up) or rt (a private Request Tracker: the helpdesk and the
     oracle). `worker_command` starts one worker (default: `manage.py worker`);
@@ -237,19 +290,16 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
     as `POST /_sandbox/faults` takes them). `faults`: any of FAULTS; the
     slow-worker ones (ops/killtest/slow.py) take one round each in turn and
     last `fault_seconds` (more than the lease, LEASE_SECONDS here);
-    `gateway_share`: the share of writes the gateway answers 504."""
+    `gateway_share`: the share of writes the gateway answers 504. `playbook`: a playbook file the tasks run
+    on (what it holds for approval the harness approves or rejects); `rehearsals`: each round also rehearses
+    its tickets, and nothing may be sent for them."""
     import redis
 
-    if channel not in CHANNELS:
-        raise ValueError(f"channel {channel!r} is not one of {', '.join(CHANNELS)}")
-    faults = set(faults or ())
-    if faults - set(FAULTS):
-        raise ValueError(f"faults {', '.join(sorted(faults - set(FAULTS)))}: not among {', '.join(FAULTS)}")
-    lease = float(RT_ENV["LEASE_SECONDS"] if channel == "rt" else FAST_ENV["LEASE_SECONDS"])
-    if faults & set(SLOW_FAULTS) and fault_seconds <= lease:
-        raise ValueError(f"fault_seconds {fault_seconds} must outlast the lease ({lease:g} s)")
+    faults = _faults_checked(channel, set(faults or ()), fault_seconds)
     rng = random.Random(seed)
-    report = Report(helpdesk_faults=", ".join(f"{k} {v}" for k, v in sorted((helpdesk_faults or {}).items())))
+    version = playbook_import(data=spec_from_file(playbook), publish=True) if playbook else None
+    report = Report(helpdesk_faults=", ".join(f"{k} {v}" for k, v in sorted((helpdesk_faults or {}).items())),
+                    playbook=version.label if version else "")
     started = time.monotonic()
     procs = Processes(log_dir=Path(tempfile.mkdtemp(prefix="killtest-")))
     pool = WorkerPool(procs, workers=workers, rng=rng, crash_probability=crash_probability,
@@ -271,7 +321,7 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
             stack.callback(slow.finish)
         pool.start()
         harness = Harness(pool, oracle, rng, report, faults, redis.Redis.from_url(settings.REDIS_URL),
-                          round_timeout, kill_every, slow, round_faults)
+                          round_timeout, kill_every, slow, round_faults, version, rehearsals)
         _run_rounds(harness, rounds=rounds, items=items, seed=seed, channel=channel, out=out)
         if gateway is not None:
             report.faults.update({f"gateway {k}": v for k, v in gateway.counts.items() if k != "passed"})

@@ -87,7 +87,8 @@ def test_the_offline_model_produces_the_same_schemas_and_records_its_tool_call()
     d = model.decide(TICKET, t, r)
     assert (t.category, type(r), type(d)) == ("billing", Reply, Decision)
     assert KB[0]["answer"] in r.body
-    assert kit.calls == [{"tool": "knowledge_base", "arguments": {"query": "billing"}}]
+    # the knowledge search is asked with the category and the subject's words
+    assert kit.calls == [{"tool": "knowledge_base", "arguments": {"query": "billing Refund for my last invoice"}}]
 
 
 # --------------------------------------------------------------------------- schema
@@ -115,11 +116,17 @@ def test_an_answer_cut_off_or_filtered_is_kind_schema_and_not_asked_again(openai
 
 def test_the_schema_is_built_once_and_sent_strict(openai_server):
     from ticketagent.llm.openai_client import response_format
-    assert response_format(Triage) is response_format(Triage)
+    from ticketagent.llm.schemas import triage_schema
+    from ticketagent.playbooks.standard import standard_spec
+
+    categories = tuple(c.name for c in standard_spec().categories)
+    assert triage_schema(categories) is triage_schema(categories)
+    assert response_format(triage_schema(categories)) is response_format(triage_schema(categories))
     OpenAIModel().triage(TICKET)
     OpenAIModel().triage(TICKET)
     sent = [r["body"]["response_format"] for r in openai_server.requests]
-    assert sent[0] == sent[1] == response_format(Triage)
+    assert sent[0] == sent[1] == response_format(triage_schema(categories))
+    assert sent[0]["json_schema"]["schema"]["properties"]["category"]["enum"] == list(categories)
     assert sent[0]["type"] == "json_schema" and sent[0]["json_schema"]["strict"] is True
     assert sent[0]["json_schema"]["name"] == "Triage"
 

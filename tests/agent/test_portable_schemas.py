@@ -14,7 +14,8 @@ from openai.lib._pydantic import to_strict_json_schema
 
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.openai_client import OpenAIModel
-from ticketagent.llm.schemas import Decision, Reply, Triage
+from ticketagent.llm.schemas import Decision, Reply, Triage, triage_schema
+from ticketagent.playbooks.standard import standard_spec
 
 from ..fakes.openai_server import UNPORTABLE_KEYWORDS, strict_schema_problem
 from .test_model_client import TICKET, reply, tools, triage
@@ -111,7 +112,8 @@ def test_every_request_the_client_sends_is_accepted_by_a_strict_server(openai_se
     for request in openai_server.requests:
         sent = request["body"]["response_format"]["json_schema"]
         assert sent["strict"] is True and strict_schema_problem(sent["schema"]) == ""
-        assert sent["schema"] == to_strict_json_schema({"Triage": Triage, "Reply": Reply,
+        triage = triage_schema(tuple(c.name for c in standard_spec().categories))  # the playbook's categories
+        assert sent["schema"] == to_strict_json_schema({"Triage": triage, "Reply": Reply,
                                                         "Decision": Decision}[sent["name"]])
 
 

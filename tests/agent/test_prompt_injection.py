@@ -19,6 +19,7 @@ from ticketagent.llm.schemas import ALLOWED_ACTIONS
 from ticketagent.models import Item, ItemStatus
 from ticketagent.pipeline.run import item_process
 from ticketagent.plan import STEP_NAMES
+from ticketagent.services.items import item_approve
 from ticketagent.services.upload import task_upload
 from ticketagent.upload.parse import parse_batch
 
@@ -45,6 +46,18 @@ def process(items) -> None:
     for item in items:
         item.refresh_from_db()
         item_process(item_id=item.pk, attempt=item.attempt)
+
+
+def approve_held(items) -> list[str]:
+    """The worst operator: approves whatever the reply checks held, without reading it; the failed checks."""
+    held = []
+    for item in items:
+        item.refresh_from_db()
+        if item.status == ItemStatus.WAITING_APPROVAL:
+            held.append(item.last_error)
+            item_approve(item_id=item.pk, approved=True, reason="approved unread", actor="careless")
+    process(items)
+    return held
 
 
 def assert_contained(task, processed: list[Item], sandbox) -> list[Effect]:
@@ -134,6 +147,9 @@ def test_the_example_injection_tickets_stay_contained(request, settings, sandbox
     hostile = [i for i in task.items.order_by("row") if "ignore your instructions" in i.body.lower()]
     assert len(hostile) == 2, "the examples carry two injection tickets each"
     process(hostile)
+    held = approve_held(hostile)
+    if model == "inject":  # the reply names an address found nowhere: the reply checks held it for a person
+        assert len(held) == 2 and all("made_up_contact" in reason for reason in held), held
     for item in hostile:
         item.refresh_from_db()
         assert item.status == ItemStatus.DONE, item.last_error

@@ -38,17 +38,17 @@ class FlakyModel(OfflineModel):
             self.fail_next -= 1
             raise ModelError("server", "the model API failed (HTTP 503)")
 
-    def triage(self, ticket):
+    def triage(self, ticket, **kwargs):
         self._maybe_fail()
-        return super().triage(ticket)
+        return super().triage(ticket, **kwargs)
 
-    def draft(self, ticket, triage, tools):
+    def draft(self, ticket, triage, tools, **kwargs):
         self._maybe_fail()
-        return super().draft(ticket, triage, tools)
+        return super().draft(ticket, triage, tools, **kwargs)
 
-    def decide(self, ticket, triage, reply):
+    def decide(self, ticket, triage, reply, **kwargs):
         self._maybe_fail()
-        return super().decide(ticket, triage, reply)
+        return super().decide(ticket, triage, reply, **kwargs)
 
 
 def machine_for(sandbox):

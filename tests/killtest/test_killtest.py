@@ -29,6 +29,16 @@ def test_short_kill_test_with_a_sandbox_that_ignores_keys_passes(queue, capsys):
     assert "duplicates (once/irreversible)        0" in out
 
 
+def test_short_kill_test_with_the_example_playbook_and_rehearsals_passes(queue, capsys):
+    """Rules and reply checks on (the harness approves or rejects what they hold), and beside each round a
+    rehearsal of the same tickets under the same kills: nothing of it reaches the sandbox."""
+    code, out = run(capsys, "--rounds", "2", "--items", "10", "--workers", "2", "--seed", "23",
+                    "--playbook", "docs/examples/playbook-acme.yaml", "--rehearsals")
+    assert code == 0, out
+    assert "duplicates (once/irreversible)        0" in out and "lost items                            0" in out
+    assert "rehearsal items (send nothing)        20" in out and "Acme Cloud support v1" in out
+
+
 def test_kill_test_on_the_email_channel_plays_the_operator(queue, capsys):
     code, out = run(capsys, "--rounds", "2", "--items", "10", "--workers", "2", "--seed", "11",
                     "--channel", "email", "--crash-probability", "0.3")
@@ -65,7 +75,7 @@ def test_every_option_of_the_command_states_its_default():
     options = [a for a in parser._actions if a.dest not in django_own]
     assert {a.dest for a in options} == {"rounds", "items", "workers", "seed", "sandbox_keys", "channel", "faults",
                                          "crash_probability", "round_timeout", "latency_ms", "error_rate", "drop_rate",
-                                         "fault_seconds", "gateway_share"}
+                                         "fault_seconds", "gateway_share", "playbook", "rehearsals"}
     for action in options:
         assert "default" in (action.help or ""), action.dest
     assert "(default: 5)" in parser.format_help() and "--broken-gate" not in parser.format_help()

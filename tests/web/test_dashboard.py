@@ -151,6 +151,7 @@ class TestTaskPage:
         task = make_task(1)
         item = task.items.get()
         Checkpoint.objects.create(item=item, task=task, plan_version=1, schema_version=1, cursor=1,
+                                  playbook_version_id=item.playbook_version_id,
                                   input_hash=item.input_hash(), step_outputs={"triage": {"category": "billing"}})
         client.force_login(bob)
         html = client.get(reverse("item-detail", args=[item.pk])).content.decode()

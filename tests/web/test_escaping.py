@@ -61,6 +61,7 @@ def evil_task(unknown_effect):
     task = task_upload(data=evil_batch(), filename=f"evil{SCRIPT}.jsonl", name=f"Batch {IMG}")
     item = task.items.get()
     Checkpoint.objects.create(item=item, task=task, plan_version=PLAN_VERSION, schema_version=SCHEMA_VERSION,
+                              playbook_version_id=item.playbook_version_id,
                               cursor=3, input_hash=item.input_hash(), step_outputs={
                                   "triage": {"category": "billing", "summary": EVIL},
                                   "draft": {"subject": f"Re: {IMG}", "body": EVIL},

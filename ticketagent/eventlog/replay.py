@@ -15,7 +15,10 @@ EFFECT_FIELDS = ("key", "slot", "action", "effect_class", "channel", "state", "a
                  "external_ref", "resolved_by", "verdict", "reviewed_by")
 # both carry a step's output into the checkpoint: STEP_SKIPPED is a step the decision did not choose
 STEP_EVENTS = ("STEP_DONE", "STEP_SKIPPED")
-CHECKPOINT_FIELDS = ("plan_version", "schema_version", "cursor", "input_hash", "step_outputs", "retry_count")
+# events whose output (the step's, or a carried plan's step outputs) may be a blob
+OUTPUT_EVENTS = (*STEP_EVENTS, "PLAN_CARRIED")
+CHECKPOINT_FIELDS = ("plan_version", "playbook_version_id", "schema_version", "cursor", "input_hash", "step_outputs",
+                     "retry_count")
 
 
 def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).content) -> dict:
@@ -25,19 +28,19 @@ def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).con
     blocked = 0
     for event in events:
         kind, payload, item = event["type"], event["payload"], event.get("item")
-        if kind == "ITEM_STARTED" and item not in checkpoints and "plan_version" in payload:
-            checkpoints[item] = {"plan_version": payload["plan_version"], "schema_version": payload["schema_version"],
-                                 "cursor": payload["cursor"], "input_hash": payload["input_hash"],
-                                 "step_outputs": {}, "retry_count": 0}
+        if kind in ("ITEM_STARTED", "PLAN_CARRIED") and item not in checkpoints and "plan_version" in payload:
+            # the checkpoint is created at the item's first lease, or carried over from a rehearsal's item
+            checkpoints[item] = {"plan_version": payload["plan_version"],
+                                 "playbook_version_id": payload.get("playbook_version"),
+                                 "schema_version": payload["schema_version"], "cursor": payload["cursor"],
+                                 "input_hash": payload["input_hash"],
+                                 "step_outputs": _output(event, payload) if kind == "PLAN_CARRIED" else {},
+                                 "retry_count": 0}
+        elif kind == "ITEM_MOVED":  # to another playbook version: its checkpoint starts again
+            checkpoints.pop(item, None)
         elif kind in STEP_EVENTS:
             cp = checkpoints[item]
-            if "output" in event:
-                output = event["output"]
-            elif "output" in payload:  # a small output, carried by the event itself
-                output = payload["output"]
-            else:
-                output = blob(payload["output_ref"])
-            cp["step_outputs"] = {**cp["step_outputs"], payload["step"]: output}
+            cp["step_outputs"] = {**cp["step_outputs"], payload["step"]: _output(event, payload, blob)}
             cp["cursor"] = payload["cursor"]
         elif kind == "RESUMED":
             for item_id in payload.get("items", []):
@@ -48,6 +51,15 @@ def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).con
                 blocked += 1
             effects[payload["key"]] = {f: payload.get(f) for f in EFFECT_FIELDS}
     return {"checkpoints": checkpoints, "effects": effects, "blocked_duplicates": blocked}
+
+
+def _output(event: dict, payload: dict, blob=lambda ref: Blob.objects.get(pk=ref).content):
+    """An event's output: read with the chunk (`event["output"]`), carried by the event, or a blob."""
+    if "output" in event:
+        return event["output"]
+    if "output" in payload:  # a small output, carried by the event itself
+        return payload["output"]
+    return blob(payload["output_ref"])
 
 
 # The database's JSON text has no surrounding whitespace: raw_decode() skips
@@ -77,11 +89,11 @@ def _stored_events(task_id: int, chunk: int) -> Iterable[tuple]:
             return
         last_id = rows[-1][0]
         batch = [(n, kind, _decode(payload)[0], item, at) for n, kind, payload, item, at in rows]
-        refs = {p["output_ref"] for _, t, p, _, _ in batch if t in STEP_EVENTS and "output_ref" in p}
+        refs = {p["output_ref"] for _, t, p, _, _ in batch if t in OUTPUT_EVENTS and "output_ref" in p}
         blobs = dict(Blob.objects.filter(sha256__in=refs).values_list("sha256", "content")) if refs else {}
         for n, kind, payload, item, at in batch:
             event = {"type": kind, "payload": payload, "item": item}
-            if kind in STEP_EVENTS and "output_ref" in payload:
+            if kind in OUTPUT_EVENTS and "output_ref" in payload:
                 event["output"] = blobs[payload["output_ref"]]
             yield when(at), n, event
 

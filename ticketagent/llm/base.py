@@ -31,18 +31,52 @@ class ModelError(Exception):
 
 
 @dataclass
+class Usage:
+    """What one step's model calls cost: tokens (from the API's `usage`), calls and seconds waited."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    seconds: float = 0.0
+    model: str = ""
+
+    def add(self, usage, seconds: float, model: str = "") -> None:
+        """One call's `usage` (the SDK's object, or None when the API sent none) and its latency."""
+        self.calls += 1
+        self.seconds += seconds
+        self.model = model or self.model
+        if usage is not None:
+            self.prompt_tokens += getattr(usage, "prompt_tokens", 0) or 0
+            self.completion_tokens += getattr(usage, "completion_tokens", 0) or 0
+            details = getattr(usage, "prompt_tokens_details", None)
+            self.cached_tokens += getattr(details, "cached_tokens", 0) or 0
+
+    def as_dict(self) -> dict:
+        """What a step's event records (nothing when no call was made)."""
+        if not self.calls:
+            return {}
+        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "cached_tokens": self.cached_tokens, "ms": round(self.seconds * 1000), "model": self.model}
+
+
+@dataclass
 class Tools:
     """Read-only tools the model may call while drafting (effect class: recompute)."""
 
     customer_tickets: Callable[[], list[dict]]
     knowledge_base: Callable[[str], list[dict]]
     calls: list[dict] = field(default_factory=list)
+    articles: list[dict] = field(default_factory=list)  # the articles the knowledge tool returned: {id, title}
 
     def run(self, name: str, arguments: dict) -> object:
         if name == "customer_tickets":
             result = self.customer_tickets()
         elif name == "knowledge_base":
             result = self.knowledge_base(str(arguments.get("query", ""))[:200])
+            for article in result if isinstance(result, list) else ():
+                if "id" in article and all(a["id"] != article["id"] for a in self.articles):
+                    self.articles.append({"id": article["id"], "title": article.get("title", "")})
         else:
             result = {"error": f"unknown tool {name!r}"}
         self.calls.append({"tool": name, "arguments": arguments})

@@ -1,22 +1,17 @@
-"""The offline model: deterministic rules that produce the same schemas, so the demo and most tests need no network."""
+"""The offline model: deterministic rules that produce the same schemas, so the demo and most tests need no network.
+
+It follows the playbook too: a ticket's category is the first whose
+keywords it contains (else `other`, else the last category), its
+priority the category's default unless the ticket says otherwise, and
+its reply quotes the best knowledge article for the category.
+"""
 
 import re
 
-from ticketagent.llm.base import Tools, one_line_subject
+from ticketagent.llm.base import Tools, Usage, one_line_subject
 from ticketagent.llm.schemas import Decision, Reply, Triage
-
-_CATEGORY_WORDS = [
-    ("billing", ("refund", "invoice", "charge", "payment", "billing",
-                 "rechnung", "factura", "facture", "退款", "請求")),
-    ("account", ("password", "login", "log in", "account",
-                 "passwort", "mot de passe", "contraseña", "密码", "パスワード")),
-    ("technical", ("error", "bug", "crash", "outage", "down", "broken",
-                   "fehler", "erreur", "故障", "エラー")),
-    ("shipping", ("shipping", "delivery", "package", "parcel", "tracking",
-                  "lieferung", "livraison", "envío", "快递", "配送")),
-    ("feedback", ("thank", "great", "love", "suggestion", "danke", "merci", "gracias", "谢谢", "ありがとう")),
-]
-
+from ticketagent.playbooks.spec import PlaybookSpec
+from ticketagent.playbooks.standard import standard_spec
 
 # Only the customer's own request closes a ticket (and closing still needs
 # "allow automatic close" or an operator's approval).
@@ -29,32 +24,62 @@ _URGENT = ("urgent", "asap", "immediately", "outage", "down", "dringend", "urgen
 
 _NEGATIVE = ("angry", "terrible", "unacceptable", "worst", "disappointed", "frustrated", "refund", "broken")
 
+# A short reply in the ticket's language; English quotes the best article (the articles are English).
+_TEMPLATES = {
+    "en": "Hello {name},\n\nthank you for contacting us about \"{subject}\".\n\n{hint}",
+    "de": "Hallo {name},\n\nvielen Dank für Ihre Nachricht zu „{subject}“. Wir haben Ihre Anfrage erhalten und "
+          "kümmern uns darum. Wir melden uns bei Ihnen, sobald wir eine Antwort für Sie haben.",
+    "fr": "Bonjour {name},\n\nmerci pour votre message au sujet de « {subject} ». Nous avons bien reçu votre "
+          "demande et nous nous en occupons. Nous revenons vers vous dès que nous avons une réponse pour vous.",
+    "es": "Hola {name},\n\ngracias por su mensaje sobre «{subject}». Hemos recibido su solicitud y nos ocupamos "
+          "de ella. Le escribiremos en cuanto tengamos una respuesta para usted.",
+    "it": "Ciao {name},\n\ngrazie per il suo messaggio su «{subject}». Abbiamo ricevuto la sua richiesta e ce ne "
+          "stiamo occupando. Le scriveremo non appena avremo una risposta per lei.",
+    "pt": "Olá {name},\n\nobrigado pela sua mensagem sobre «{subject}». Recebemos o seu pedido e estamos a tratar "
+          "dele. Vamos escrever-lhe assim que tivermos uma resposta para você.",
+    "nl": "Hallo {name},\n\nbedankt voor uw bericht over „{subject}”. Wij hebben uw vraag ontvangen en zijn ermee "
+          "bezig. Wij laten het u weten zodra wij een antwoord voor u hebben.",
+    "zh": "{name}您好，\n\n感谢您就“{subject}”联系我们。我们已经收到您的请求，正在处理中，有结果后会尽快回复您。",
+    "ja": "{name}様\n\n「{subject}」についてお問い合わせいただきありがとうございます。ご依頼を受け付けました。"
+          "確認でき次第ご連絡いたします。",
+}
+
 
 class OfflineModel:
     label = "offline model"
 
-    def triage(self, ticket: dict) -> Triage:
+    def triage(self, ticket: dict, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None) -> Triage:
+        spec = playbook or standard_spec()
         text = f"{ticket['subject']}\n{ticket['body']}".lower()
-        category = next((c for c, words in _CATEGORY_WORDS if any(w in text for w in words)), "other")
+        fallback = spec.category("other") or spec.categories[-1]
+        category = next((c for c in spec.categories if any(w in text for w in c.keywords)), fallback)
         priority = ticket.get("priority") or "normal"
+        if priority == "normal":
+            priority = category.priority
         if any(w in text for w in _URGENT):
             priority = "urgent" if priority in ("high", "urgent") else "high"
         sentiment = "negative" if any(w in text for w in _NEGATIVE) else (
-            "positive" if category == "feedback" else "neutral")
+            "positive" if category.name == "feedback" else "neutral")
         first = re.sub(r"\s+", " ", ticket["body"]).strip()[:160]
-        return Triage(category=category, priority=priority, sentiment=sentiment,
+        return Triage(category=category.name, priority=priority, sentiment=sentiment,
                       language=(ticket.get("language") or "und")[:16], summary=first or ticket["subject"][:160])
 
-    def draft(self, ticket: dict, triage: Triage, tools: Tools) -> Reply:
-        answers = tools.run("knowledge_base", {"query": triage.category})
-        hint = answers[0]["answer"] if isinstance(answers, list) and answers else \
-            "We are looking into it and will get back to you shortly."
+    def draft(self, ticket: dict, triage: Triage, tools: Tools, *, playbook: PlaybookSpec | None = None,
+              usage: Usage | None = None) -> Reply:
+        spec = playbook or standard_spec()
+        language = spec.reply.language if spec.reply.language != "ticket" else (ticket.get("language") or "en")
+        template = _TEMPLATES.get(language.lower().split("-")[0], _TEMPLATES["en"])
+        hint = "We are looking into it and will get back to you shortly."
+        if template is _TEMPLATES["en"]:
+            answers = tools.run("knowledge_base", {"query": f"{triage.category} {ticket['subject']}"})
+            if isinstance(answers, list) and answers:
+                hint = answers[0].get("body") or answers[0].get("answer") or hint
         name = ticket.get("customer_name") or "there"
-        body = (f"Hello {name},\n\nthank you for contacting us about \"{ticket['subject']}\".\n\n"
-                f"{hint}\n\nBest regards,\nSupport team")
+        body = template.format(name=name, subject=ticket["subject"], hint=hint)
         return one_line_subject(Reply(subject=f"Re: {ticket['subject']}"[:300], body=body))
 
-    def decide(self, ticket: dict, triage: Triage, reply: Reply) -> Decision:
+    def decide(self, ticket: dict, triage: Triage, reply: Reply, *, playbook: PlaybookSpec | None = None,
+               usage: Usage | None = None) -> Decision:
         actions = ["save_draft", "notify_customer", "set_status"]
         if triage.priority == "urgent" or triage.sentiment == "negative" and triage.category == "billing":
             return Decision(actions=actions + ["escalate"], status="escalated",

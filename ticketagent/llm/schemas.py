@@ -15,11 +15,10 @@ answer over a limit fails like any other schema break (ModelError "schema").
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 SCHEMA_VERSION = 1
 
-Category = Literal["billing", "account", "technical", "shipping", "feedback", "other"]
 Priority = Literal["low", "normal", "high", "urgent"]
 Sentiment = Literal["negative", "neutral", "positive"]
 Action = Literal["save_draft", "notify_customer", "set_status", "close_ticket", "escalate"]
@@ -59,8 +58,9 @@ class Strict(BaseModel):
         return portable_schema(super().model_json_schema(*args, **kwargs))
 
 
+# A triage; its category is one of the playbook's: `triage_schema()` is what a model is asked for.
 class Triage(Strict):
-    category: Category
+    category: str = Field(max_length=40)
     priority: Priority
     sentiment: Sentiment
     language: str = Field(max_length=16)
@@ -76,3 +76,16 @@ class Decision(Strict):
     actions: list[Action] = Field(max_length=5)
     status: HelpdeskStatus | None = None
     reason: str = Field(default="", max_length=1000)
+
+
+_TRIAGE_SCHEMAS: dict[tuple[str, ...], type[Triage]] = {}
+
+
+def triage_schema(categories: tuple[str, ...]) -> type[Triage]:
+    """The triage a model must produce under a playbook: its category one of `categories` (an enum in
+    the schema sent). Built once per set of categories."""
+    schema = _TRIAGE_SCHEMAS.get(categories)
+    if schema is None:
+        schema = _TRIAGE_SCHEMAS[categories] = create_model(
+            "Triage", __base__=Triage, category=(Literal[categories], ...))  # type: ignore[valid-type]
+    return schema

@@ -4,6 +4,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from ticketagent.models import NotifyChannel
+from ticketagent.playbooks.services import version_named
+from ticketagent.services import ServiceError
 
 
 def add_task_options(parser, *, name_default: str) -> None:
@@ -15,6 +17,11 @@ def add_task_options(parser, *, name_default: str) -> None:
     parser.add_argument("--failure-threshold", type=int, default=None,
                         help="consecutive failed items that suspend the task (default: SUSPEND_AFTER_FAILURES)")
     parser.add_argument("--user", default=None, help="username recorded as the task's creator")
+    parser.add_argument("--playbook", default="", metavar="NAME[:VERSION]",
+                        help="the playbook (and published version) the task runs on (default: the first "
+                             "playbook's latest published version)")
+    parser.add_argument("--rehearsal", action="store_true",
+                        help="a rehearsal: the model steps and rules run for real, nothing is sent")
 
 
 def task_options(options: dict) -> dict:
@@ -27,5 +34,12 @@ def task_options(options: dict) -> dict:
         user = get_user_model().objects.filter(username=options["user"]).first()
         if user is None:
             raise CommandError(f"user {options['user']!r} does not exist")
+    version = None
+    if options["playbook"]:
+        try:
+            version = version_named(options["playbook"])
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from None
     return {"name": options["name"], "allow_auto_close": options["allow_auto_close"],
-            "notify_channel": options["notify_channel"], "failure_threshold": threshold, "user": user}
+            "notify_channel": options["notify_channel"], "failure_threshold": threshold, "user": user,
+            "playbook_version": version, "rehearsal": options["rehearsal"]}

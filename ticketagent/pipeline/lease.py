@@ -198,6 +198,9 @@ class ItemRun:
     cursor: int
     outputs: dict
     lease: Lease | None = None
+    # the playbook version the checkpoint runs under, and its spec
+    playbook_version_id: int | None = None
+    playbook: object = None
     task_status: str = ""
     stopped: bool = False  # the item left this worker: done, failed, waiting, or handed back as its task stopped
     ended: str = ""  # how, in a word or two ("done", "waiting", "failed (kind)", "task stopped")

@@ -33,6 +33,7 @@ from ticketagent.pipeline.lease import (
     worker_name,
 )
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
+from ticketagent.playbooks.spec import SUPPORTED_FORMATS
 from ticketagent.services.items import items_requeue
 from ticketagent.services.tasks import task_maybe_finish
 from ticketagent.signals import item_started
@@ -64,7 +65,8 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
         if task is None:
             return "item does not exist", None, None
         # the item (locked) and its checkpoint (read) in one statement
-        item = (Item.objects.select_for_update(no_key=True, of=("self",)).select_related("checkpoint").order_by()
+        item = (Item.objects.select_for_update(no_key=True, of=("self",))
+                .select_related("checkpoint", "playbook_version").order_by()
                 .annotate(db_now=Now()).get(pk=item_id))
         item.task = task
         now = item.db_now
@@ -83,14 +85,9 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
             # Only the lease holder creates an item's checkpoint, under the
             # item lock: no race, so no get_or_create (and its savepoint).
             checkpoint = Checkpoint.objects.create(item=item, task=task, plan_version=PLAN_VERSION,
+                                                   playbook_version_id=item.playbook_version_id,
                                                    schema_version=SCHEMA_VERSION, input_hash=item.input_hash())
-        if checkpoint.schema_version != SCHEMA_VERSION or checkpoint.plan_version not in SUPPORTED_PLAN_VERSIONS:
-            reason = (f"item {item.ticket_id}: checkpoint has plan v{checkpoint.plan_version} / schema "
-                      f"v{checkpoint.schema_version}; this code runs plan v{PLAN_VERSION} / schema v{SCHEMA_VERSION}")
-            task.status = TaskStatus.NEEDS_MIGRATION
-            task.status_reason = reason
-            task.save()
-            event_append(task_id=task.pk, item_id=item.pk, type=EventType.NEEDS_MIGRATION, payload={"reason": reason})
+        if _needs_migration(task, item, checkpoint):
             return "needs migration", None, None
         item.lease_token = token
         item.lease_owner = worker_name()
@@ -109,10 +106,28 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
         event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_STARTED, actor=item.lease_owner,
                      payload={"attempt": item.attempt, "cursor": checkpoint.cursor,
                               "plan_version": checkpoint.plan_version, "schema_version": checkpoint.schema_version,
-                              "input_hash": checkpoint.input_hash})
+                              "playbook_version": checkpoint.playbook_version_id, "input_hash": checkpoint.input_hash})
         task_id = task.pk
         transaction.on_commit(lambda: item_started.send(sender=Item, task_id=task_id, item_id=item_id))
         return "", item, checkpoint
+
+
+def _needs_migration(task: Task, item: Item, checkpoint: Checkpoint) -> bool:
+    """Inside the lease's transaction: a checkpoint this code cannot honour (its plan, schema or playbook
+    format) marks the task as needing migration, with the reason, and the item is not run."""
+    playbook_format = item.playbook_version.format
+    if (checkpoint.schema_version == SCHEMA_VERSION and checkpoint.plan_version in SUPPORTED_PLAN_VERSIONS
+            and playbook_format in SUPPORTED_FORMATS):
+        return False
+    reason = (f"item {item.ticket_id}: checkpoint has plan v{checkpoint.plan_version} / schema "
+              f"v{checkpoint.schema_version} / playbook format {playbook_format}; this code runs plan "
+              f"v{PLAN_VERSION} / schema v{SCHEMA_VERSION} / playbook formats "
+              f"{', '.join(map(str, sorted(SUPPORTED_FORMATS)))}")
+    task.status = TaskStatus.NEEDS_MIGRATION
+    task.status_reason = reason
+    task.save()
+    event_append(task_id=task.pk, item_id=item.pk, type=EventType.NEEDS_MIGRATION, payload={"reason": reason})
+    return True
 
 
 def item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> None:
@@ -215,10 +230,11 @@ def phase_done(run: ItemRun):
 INLINE_OUTPUT_CHARS = 2000
 
 
-def step_events(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "") -> tuple[int, dict, list[Event]]:
+def step_events(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", usage: dict | None = None
+                ) -> tuple[int, dict, list[Event]]:
     """The new (cursor, outputs) after `steps` and their events, one each (the
-    tool calls belong to `tool_step`, by default the last step); a big
-    output is stored as a blob first and referenced."""
+    tool calls and the model's `usage` belong to `tool_step`, by default the
+    last step); a big output is stored as a blob first and referenced."""
     task_id, item_id = run.item.task_id, run.item.pk
     outputs, cursor = dict(run.outputs), run.cursor
     tool_step = tool_step or steps[-1][0]
@@ -231,6 +247,8 @@ def step_events(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "") -> t
                                 payload={"step": step, **call}))
         kind = EventType.STEP_SKIPPED if not_chosen(output) else EventType.STEP_DONE
         payload = {"step": step, "cursor": cursor}
+        if usage and step == tool_step:
+            payload["usage"] = usage
         if len(canonical_json(output)) <= INLINE_OUTPUT_CHARS:
             payload["output"] = output
         else:
@@ -242,13 +260,13 @@ def step_events(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "") -> t
     return cursor, outputs, events
 
 
-def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=()) -> None:
+def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=(), usage=None) -> None:
     """Inside a phase: persist step outputs and advance the cursor, one event
     each (`step_events`; `extra` events follow in the same INSERT). `run`
     moves on at once: a phase that raises ends this worker's run of the item
     (`run` is then dropped), so once the phase has committed `run.cursor` and
     `run.outputs` are what the database holds."""
-    cursor, outputs, events = step_events(run, steps, tool_calls, tool_step=tool_step)
+    cursor, outputs, events = step_events(run, steps, tool_calls, tool_step=tool_step, usage=usage)
     events_append([*events, *extra])
     # No read first: the checkpoint is ours, and the cursor we know is the
     # condition (anything else moved it: stop).
@@ -280,8 +298,8 @@ def stop_if_task_stopped(run: ItemRun) -> bool:
     return True
 
 
-def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(), chain: Intent | None = None
-                    ) -> None:
+def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(), chain: Intent | None = None,
+                    usage: dict | None = None) -> None:
     """A step's recovery point: its output (after the unchosen steps before
     it, and before the `skipped` ones that follow it), the cursor advanced.
     With `chain`, the next effect's intent is recorded in the same
@@ -289,6 +307,6 @@ def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(
     at all. If the task stopped (paused, suspended, cancelled), the item is
     handed back instead (`run.stopped`)."""
     with phase(run):
-        record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step)
+        record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step, usage=usage)
         if not stop_if_task_stopped(run) and chain is not None:
             run.chained = (chain, intent_record(chain))

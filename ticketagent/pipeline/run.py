@@ -12,11 +12,12 @@ import uuid
 
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.clients import get_model_client
-from ticketagent.llm.schemas import Decision
 from ticketagent.pipeline.lease import Heartbeat, ItemRun, Lease, LeaseLost
+from ticketagent.pipeline.model_steps import run_model_step
 from ticketagent.pipeline.phases import lease_acquire, phase_done, phase_fail, phase_step_done
-from ticketagent.pipeline.steps import RECORDED, WAIT, chain_intent, run_effect_step, run_model_step, steps_ahead
-from ticketagent.plan import NOT_CHOSEN, STEPS
+from ticketagent.pipeline.steps import RECORDED, WAIT, chain_intent, run_effect_step, steps_ahead
+from ticketagent.plan import NOT_CHOSEN, chosen_actions, steps_of
+from ticketagent.playbooks.services import published_spec
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ def item_process(*, item_id: int, attempt: int, model=None) -> str:
     heartbeat.start()
     try:
         run = ItemRun(item=item, token=token, cursor=checkpoint.cursor, outputs=dict(checkpoint.step_outputs),
-                      lease=lease)
+                      lease=lease, playbook_version_id=checkpoint.playbook_version_id,
+                      playbook=published_spec(item.playbook_version))
         return _run_steps(run, model)
     except LeaseLost as exc:
         log.warning("item %s: %s; stopped, nothing more called or written", item_id, exc)
@@ -49,11 +51,12 @@ def _run_steps(run: ItemRun, model) -> str:
     "the model → its phase"; an effect step "phase → call → phase"."""
     task = run.item.task
     model = model or get_model_client()
+    steps = steps_of(rehearsal=task.rehearsal)  # a rehearsal ends after the decision: nothing is sent
     cursor = run.cursor  # run.cursor is what the checkpoint holds; the unchosen steps passed are still pending
-    while cursor < len(STEPS):
-        step = STEPS[cursor]
+    while cursor < len(steps):
+        step = steps[cursor]
         if step.kind == "effect":
-            if step.name not in Decision.model_validate(run.outputs["decide"]).actions:
+            if step.name not in chosen_actions(run.outputs):
                 # recorded (STEP_SKIPPED) with the next recovery point
                 run.pending.append((step.name, dict(NOT_CHOSEN)))
                 cursor += 1
@@ -63,15 +66,16 @@ def _run_steps(run: ItemRun, model) -> str:
                 phase_step_done(run, step.name, output)
         else:
             try:
-                output, calls = run_model_step(model, step.name, run.item, run.outputs)
+                output, calls, usage = run_model_step(model, step.name, run.item, run.outputs, spec=run.playbook,
+                                                      version_id=run.playbook_version_id)
             except ModelError as exc:
                 phase_fail(run, kind=exc.kind, message=f"{step.name}: {exc.message}")
                 return f"failed at {step.name}: {exc.kind}"
             # after the decision: the unchosen steps up to the next that runs,
             # and that one's intent, commit with this step (chained intents)
             outputs = {**run.outputs, step.name: output}
-            skipped, after = steps_ahead(cursor + 1, outputs) if "decide" in outputs else ([], cursor + 1)
-            phase_step_done(run, step.name, output, calls, skipped=skipped,
+            skipped, after = steps_ahead(cursor + 1, outputs, steps) if "decide" in outputs else ([], cursor + 1)
+            phase_step_done(run, step.name, output, calls, skipped=skipped, usage=usage.as_dict(),
                             chain=chain_intent(run, task, after, outputs))
         if run.stopped:
             return "done" if run.ended == "done" else f"{run.ended} at {step.name}"

@@ -12,9 +12,9 @@ from ledger.gate import effect_perform, intent_prepare, intent_record, outcome_r
 from ledger.keys import Intent
 from ledger.models import Effect, EffectState
 from ticketagent.actions import payload_summary
-from ticketagent.llm.schemas import Decision, Reply, Triage
 from ticketagent.models import EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost
+from ticketagent.pipeline.model_steps import item_ticket
 from ticketagent.pipeline.phases import (
     item_fail,
     item_hand_back,
@@ -25,27 +25,7 @@ from ticketagent.pipeline.phases import (
     record_steps,
     stop_if_task_stopped,
 )
-from ticketagent.pipeline.tools import item_tools
-from ticketagent.plan import NOT_CHOSEN, STEP_NAMES, STEPS, effect_action, effect_payload
-
-
-def item_ticket(item: Item) -> dict:
-    return {"ticket_id": item.ticket_id, "customer_email": item.customer_email,
-            "customer_name": item.customer_name, "subject": item.subject, "body": item.body,
-            "priority": item.priority, "language": item.language}
-
-
-def run_model_step(model, step: str, item: Item, outputs: dict) -> tuple[dict, list]:
-    ticket = item_ticket(item)
-    if step == "triage":
-        return model.triage(ticket).model_dump(), []
-    triage = Triage.model_validate(outputs["triage"])
-    if step == "draft":
-        tools = item_tools(item)
-        reply = model.draft(ticket, triage, tools)
-        return reply.model_dump(), tools.calls
-    reply = Reply.model_validate(outputs["draft"])
-    return model.decide(ticket, triage, reply).model_dump(), []
+from ticketagent.plan import NOT_CHOSEN, STEP_NAMES, STEPS, chosen_actions, effect_action, effect_holds, effect_payload
 
 
 def _origin_effect(item: Item, step: str) -> Effect | None:
@@ -70,16 +50,18 @@ WAIT = object()  # the item stopped here: it failed or waits for a person
 AUTO_CLOSE = "task option: allow automatic close"
 
 
-def _close_approval(run: ItemRun, task: Task):
-    """close_ticket is irreversible: (who authorized it, None), or ("", the step's output / WAIT)."""
-    if task.allow_auto_close:
-        return AUTO_CLOSE, None
+def _approval(run: ItemRun, task: Task, step: str, why: str):
+    """A step held for a person's approval (`why`): (who authorized it, None), or ("", the step's
+    output / WAIT). One approval of the item covers every action it holds."""
     current = Item.objects.only("approval", "approval_by").get(pk=run.item.pk)
     if current.approval == "rejected":
-        return "", {"skipped": f"close rejected by {current.approval_by}"}
+        return "", {"skipped": f"{step} rejected by {current.approval_by}"}
     if current.approval != "approved":
+        held = effect_holds(run.outputs, allow_auto_close=task.allow_auto_close)
+        waiting = "; ".join(f"{action} ({reason})" for action, reason in held.items()
+                            if action in chosen_actions(run.outputs))
         phase_wait(run, status=ItemStatus.WAITING_APPROVAL, event_type=EventType.APPROVAL_REQUESTED,
-                   reason="close_ticket is irreversible and waits for an operator's approval")
+                   reason=f"held for approval: {waiting or f'{step} ({why})'}")
         return "", WAIT
     return f"approved by {current.approval_by}", None
 
@@ -104,20 +86,22 @@ def _settled_before(item: Item, step: str) -> dict | None:
     return None
 
 
-def steps_ahead(after: int, outputs: dict) -> tuple[list, int | None]:
-    """From the step at `after` on: the effect steps the decision did not choose
-    up to the next step that runs (recorded as skipped with the current
-    recovery point), and that step's index (None: the item's end)."""
+def steps_ahead(after: int, outputs: dict, steps=STEPS) -> tuple[list, int | None]:
+    """From the step at `after` on (of the item's `steps`): the effect steps the
+    decision did not choose up to the next step that runs (recorded as skipped
+    with the current recovery point), and that step's index (None: the item's end)."""
     skipped = []
-    for index in range(after, len(STEPS)):
-        step = STEPS[index]
-        if step.kind == "model" or step.name in Decision.model_validate(outputs["decide"]).actions:
+    for index in range(after, len(steps)):
+        step = steps[index]
+        if step.kind == "model" or step.name in chosen_actions(outputs):
             return skipped, index
         skipped.append((step.name, dict(NOT_CHOSEN)))
     return skipped, None
 
 
 def _intent(run: ItemRun, task: Task, step: str, outputs: dict, authorized_by: str = "") -> Intent:
+    if task.rehearsal:  # the steps of a rehearsal end before any effect: this is a guard, never a path
+        raise RuntimeError(f"task {task.pk} is a rehearsal: it sends nothing")
     payload = effect_payload(step, ticket=item_ticket(run.item), outputs=outputs)
     return intent_prepare(action=effect_action(step, notify_channel=task.notify_channel), payload=payload,
                           owner_task=str(task.pk), owner_item=run.item.ref, owner_step=step, claim_token=run.token,
@@ -131,8 +115,8 @@ def chain_intent(run: ItemRun, task: Task, index: int | None, outputs: dict) -> 
     if index is None or STEPS[index].kind != "effect" or run.item.attempt != 1 or run.item.origin_id:
         return None
     step = STEPS[index].name
-    if step == "close_ticket" and not task.allow_auto_close:
-        return None
+    if step in effect_holds(outputs, allow_auto_close=task.allow_auto_close):
+        return None  # asked first
     return _intent(run, task, step, outputs, AUTO_CLOSE if step == "close_ticket" else "")
 
 
@@ -146,9 +130,10 @@ def run_effect_step(step: str, run: ItemRun, task: Task):
     if chained is not None and chained[0].owner_step == step:
         intent, recorded = chained  # committed with the previous recovery point
     else:
-        authorized = ""
-        if step == "close_ticket":
-            authorized, early = _close_approval(run, task)
+        authorized = AUTO_CLOSE if step == "close_ticket" else ""
+        held = effect_holds(run.outputs, allow_auto_close=task.allow_auto_close)
+        if step in held:
+            authorized, early = _approval(run, task, step, held[step])
             if early is not None:
                 return early
         settled = _settled_before(run.item, step)
@@ -177,7 +162,7 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
     The outcome is the truth and is recorded even when the lease is gone
     (the gate writes it only if the row is still this attempt's); nothing of
     the item's is, and the worker stops."""
-    skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)
+    skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)  # (a rehearsal never gets here)
     ends = after is None or result.state != EffectState.COMMITTED  # the item may leave: its task locked first
     try:
         with phase(run, task=ends):

@@ -1,15 +1,12 @@
-"""The agent's read-only tools (effect class recompute): the customer's other tickets, the knowledge base."""
-
-
-from django.conf import settings
+"""The agent's read-only tools (effect class recompute): the customer's other tickets, the playbook's articles."""
 
 from ticketagent.llm.base import Tools
 from ticketagent.models import Item
+from ticketagent.playbooks.search import articles_search
 
 
-def item_tools(item: Item) -> Tools:
-    import json
-    from pathlib import Path
+def item_tools(item: Item, *, version_id: int) -> Tools:
+    """The draft step's tools for `item`, its knowledge search over the articles of playbook version `version_id`."""
 
     def customer_tickets():
         others = (Item.objects.filter(task_id=item.task_id, customer_email=item.customer_email)
@@ -17,9 +14,6 @@ def item_tools(item: Item) -> Tools:
         return list(others)
 
     def knowledge_base(query: str):
-        entries = json.loads((Path(settings.BASE_DIR) / "docs" / "knowledge_base.json").read_text())
-        q = query.lower()
-        hits = [e for e in entries if e["topic"] == q or any(k in q for k in e["keywords"])]
-        return hits[:3] or [e for e in entries if e["topic"] == "other"]
+        return articles_search(version_id=version_id, query=query)
 
     return Tools(customer_tickets=customer_tickets, knowledge_base=knowledge_base)

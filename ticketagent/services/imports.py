@@ -29,11 +29,13 @@ def query_rows(query: str, *, limit: int):
 
 def task_import(*, query: str, user=None, name: str = "", allow_auto_close: bool = False,
                 notify_channel: str = "helpdesk", failure_threshold: int | None = None,
-                limit: int | None = None) -> Task:
+                limit: int | None = None, playbook_version=None, rehearsal: bool = False) -> Task:
     """A task from a helpdesk query: each item keeps the helpdesk's ticket id, so the agent acts on that ticket."""
     rows = query_rows(query, limit=limit or settings.UPLOAD_MAX_ROWS)
-    helpdesk_ready(notify_channel=notify_channel)
+    if not rehearsal:
+        helpdesk_ready(notify_channel=notify_channel)
     label = helpdesk_summary()["label"]
     return task_create(rows=rows, name=name or f"{label}: {query}"[:200], user=user,
                        filename=f"{label} query: {query}"[:255], allow_auto_close=allow_auto_close,
-                       notify_channel=notify_channel, failure_threshold=failure_threshold)
+                       notify_channel=notify_channel, failure_threshold=failure_threshold,
+                       playbook_version=playbook_version, rehearsal=rehearsal)

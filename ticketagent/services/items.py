@@ -1,11 +1,12 @@
-"""Operator actions on items: requeue (retry, continue after review, approval), skip, approve or reject a close."""
+"""Operator actions on items: requeue (retry, continue after review, approval), skip, approve or reject held actions."""
 
 from django.db import transaction
 from django.utils import timezone
 
 from ledger.models import Effect, EffectState
 from ticketagent.eventlog.append import event_append, events_append
-from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.plan import chosen_actions, effect_holds
 from ticketagent.services import ServiceError
 from ticketagent.services.tasks import task_locked, task_maybe_finish
 from ticketagent.signals import items_runnable
@@ -73,8 +74,19 @@ def item_continue(*, item_id: int, actor: str = "system") -> bool:
     return True
 
 
+def item_held_actions(item: Item, task: Task) -> list[str]:
+    """The actions of an item that wait for a person's approval (the rules', a failed reply check's, a close)."""
+    checkpoint = Checkpoint.objects.filter(item_id=item.pk).only("step_outputs").first()
+    outputs = checkpoint.step_outputs if checkpoint else {}
+    if "decide" not in outputs:
+        return []
+    return [action for action in effect_holds(outputs, allow_auto_close=task.allow_auto_close)
+            if action in chosen_actions(outputs)]
+
+
 def item_approve(*, item_id: int, approved: bool, reason: str, actor: str) -> Item:
-    """An operator's recorded approval (or rejection) of an item's close; the item continues either way."""
+    """An operator's recorded approval (or rejection) of the actions an item holds for approval (one
+    decision covers them all: rejected ones are skipped); the item continues either way."""
     reason = (reason or "").strip()
     if not reason:
         raise ServiceError("a reason is required to approve or reject")
@@ -88,10 +100,11 @@ def item_approve(*, item_id: int, approved: bool, reason: str, actor: str) -> It
         item.approval_by = actor
         item.approval_reason = reason[:2000]
         item.save(update_fields=["approval", "approval_by", "approval_reason", "updated_at"])
+        held = item_held_actions(item, task)
         event_append(task_id=task.pk, item_id=item.pk, actor=actor,
                      type=EventType.APPROVED if approved else EventType.REJECTED,
-                     payload={"step": "close_ticket", "reason": reason[:500]})
-        items_requeue(task, [item], actor=actor, why=f"close_ticket {item.approval}")
+                     payload={"actions": held, "reason": reason[:500]})
+        items_requeue(task, [item], actor=actor, why=f"{', '.join(held) or 'held actions'} {item.approval}")
     return item
 
 

@@ -6,10 +6,12 @@ from django.db import transaction
 from django.db.models import F
 
 from ledger.models import Effect, EffectState
-from ticketagent.eventlog.append import event_append
+from ticketagent.eventlog.append import event_append, events_append
 from ticketagent.llm.schemas import SCHEMA_VERSION
-from ticketagent.models import Checkpoint, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import MODEL_STEPS, STEPS, SUPPORTED_PLAN_VERSIONS
+from ticketagent.playbooks.models import PlaybookVersion
+from ticketagent.playbooks.services import version_latest_published
 from ticketagent.services import ServiceError
 from ticketagent.services.items import items_requeue
 from ticketagent.services.tasks import task_create, task_locked, task_maybe_finish
@@ -32,6 +34,9 @@ class DryRun:
     items: list[DryRunItem]
     totals: dict[str, int]
     blocked_reason: str = ""
+    # a newer published version of the task's playbook, and how many unfinished items could move to it
+    newer_version: PlaybookVersion | None = None
+    movable: int = 0
 
     @property
     def will_enqueue(self) -> int:
@@ -119,7 +124,56 @@ def task_dry_run(*, task_id: int) -> DryRun:
                    "start a new task from the unfinished items")
     elif task.status in (TaskStatus.CANCELLED, TaskStatus.NEEDS_MIGRATION):
         blocked = f"a {task.get_status_display()} task cannot be resumed"
-    return DryRun(task_id=task.pk, items=out, totals=totals, blocked_reason=blocked)
+    newer = _newer_version(task)
+    return DryRun(task_id=task.pk, items=out, totals=totals, blocked_reason=blocked, newer_version=newer,
+                  movable=len(_movable(task, newer)) if newer else 0)
+
+
+def _newer_version(task: Task) -> PlaybookVersion | None:
+    """The latest published version of the task's playbook, if it is newer than the one the task pins."""
+    pinned = task.playbook_version
+    latest = version_latest_published(pinned.playbook)
+    return latest if latest is not None and latest.number > pinned.number else None
+
+
+MOVABLE_STATUSES = (ItemStatus.QUEUED, ItemStatus.FAILED, ItemStatus.WAITING_APPROVAL)
+
+
+def _movable(task: Task, version: PlaybookVersion, *, lock: bool = False) -> list[Item]:
+    """The unfinished items that may move to `version`: not running, not on it already, and with no effect
+    that happened or may have (only failed or skipped ones, which nobody received)."""
+    items = task.items.filter(status__in=MOVABLE_STATUSES).exclude(playbook_version=version)
+    if lock:
+        items = items.select_for_update(no_key=True)
+    acted = set(Effect.objects.filter(owner_task=str(task.pk)).exclude(
+        state__in=(EffectState.FAILED, EffectState.SKIPPED)).values_list("owner_item", flat=True))
+    return [item for item in items.order_by("row") if item.ref not in acted]
+
+
+def task_move_version(*, task_id: int, version_id: int, actor: str) -> int:
+    """Move the task's movable items (`_movable`) to a newer published version of its playbook: their
+    checkpoints start again, so their model steps recompute under it; an item waiting for approval goes
+    back to the queue. ITEM_MOVED each. Items with effects stay on their version. Returns how many moved."""
+    with transaction.atomic():
+        task = task_locked(task_id)
+        version = PlaybookVersion.objects.filter(pk=version_id).first()
+        if version is None or version.is_draft or version.playbook_id != task.playbook_version.playbook_id:
+            raise ServiceError("move to a published version of the task's own playbook")
+        if task.status in (TaskStatus.COMPLETED, TaskStatus.CANCELLED):
+            raise ServiceError(f"a {task.get_status_display()} task has nothing to move")
+        items = _movable(task, version, lock=True)
+        if not items:
+            raise ServiceError(f"no unfinished item without effects is left to move to {version.label}")
+        Checkpoint.objects.filter(item__in=items).delete()
+        waiting = [item for item in items if item.status == ItemStatus.WAITING_APPROVAL]
+        events_append([Event(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_MOVED, actor=actor, payload={
+            "from_version": item.playbook_version_id, "to_version": version.pk, "to": version.label})
+            for item in items])
+        Item.objects.filter(pk__in=[item.pk for item in items]).update(playbook_version=version, approval="",
+                                                                       approval_by="", approval_reason="")
+        if waiting:
+            items_requeue(task, waiting, actor=actor, why=f"moved to {version.label}: decided again")
+    return len(items)
 
 
 def task_resume(*, task_id: int, actor: str) -> DryRun:

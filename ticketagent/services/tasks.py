@@ -12,33 +12,47 @@ from ticketagent.eventlog.append import event_append, events_append
 from ticketagent.llm.clients import model_label
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, ItemStatus, Task, TaskStatus
-from ticketagent.plan import PLAN_VERSION, STEPS
+from ticketagent.plan import PLAN_VERSION, steps_of
+from ticketagent.playbooks.models import PlaybookVersion
+from ticketagent.playbooks.services import version_default
 from ticketagent.services import ServiceError
-from ticketagent.services.item_rows import items_insert
+from ticketagent.services.item_rows import items_insert, plans_carry
 from ticketagent.signals import items_runnable, task_stopping
 
 
 def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_close: bool = False,
                 notify_channel: str = "helpdesk", failure_threshold: int | None = None,
-                source_task: Task | None = None, origins: dict | None = None) -> Task:
-    """Create a task and its items in one transaction; its first window of jobs goes to Redis after commit."""
+                source_task: Task | None = None, origins: dict | None = None,
+                playbook_version: PlaybookVersion | None = None, rehearsal: bool = False,
+                carried: dict | None = None) -> Task:
+    """Create a task and its items in one transaction, pinned to a published playbook version (default:
+    `version_default()`); its first window of jobs goes to Redis after commit. `carried` (ticket id ->
+    checkpoint of a rehearsal's item) starts those items from the reviewed step outputs."""
     if not rows:
         raise ServiceError("a task needs at least one ticket")
     with transaction.atomic():
+        version = playbook_version or version_default()
+        if version.is_draft:
+            raise ServiceError(f"{version.label} is a draft: publish it before a task runs on it")
         task = Task.objects.create(
             name=name[:200] or filename[:200] or "batch", source_filename=filename[:255], created_by=user,
             allow_auto_close=allow_auto_close, notify_channel=notify_channel, model_label=model_label(),
             failure_threshold=failure_threshold or settings.SUSPEND_AFTER_FAILURES, source_task=source_task,
+            playbook_version=version, rehearsal=rehearsal,
         )
         count = items_insert(task=task, rows=rows, origins=origins)
+        if carried:
+            plans_carry(task, carried, actor=user.get_username() if user else "system")
         actor = user.get_username() if user else "system"
         event_append(task_id=task.pk, type=EventType.TASK_CREATED, actor=actor, payload={
             "items": count, "filename": filename, "allow_auto_close": allow_auto_close,
             "notify_channel": notify_channel, "failure_threshold": task.failure_threshold,
             "model": task.model_label, "source_task": source_task.pk if source_task else None,
+            "playbook_version": version.pk, "playbook": version.label, "rehearsal": rehearsal,
         })
         event_append(task_id=task.pk, type=EventType.PLANNED, actor=actor, payload={
-            "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION, "steps": [s.name for s in STEPS],
+            "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION, "playbook_version": version.pk,
+            "steps": [s.name for s in steps_of(rehearsal=rehearsal)],
         })
         items_runnable.send(sender=Task, task_id=task.pk, front=True)  # a new task starts at the next free worker
     return task

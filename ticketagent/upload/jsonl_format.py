@@ -109,6 +109,8 @@ def _text_values(line_no: int, obj: dict, errors: ErrorCollector) -> tuple[dict[
             continue
         if isinstance(value, str):
             values[key] = value
+        elif key == "expected_actions" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            values[key] = " ".join(value)
         elif key == "ticket_id" and isinstance(value, int) and not isinstance(value, bool):
             values[key] = str(value)
         else:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 REQUIRED_COLUMNS = ("ticket_id", "customer_email", "subject", "body")
 OPTIONAL_COLUMNS = ("customer_name", "priority", "language", "metadata")
-ALL_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+# what a rehearsal compares its decisions with (docs/upload-format.md, "Expected labels")
+EXPECTED_COLUMNS = ("expected_category", "expected_priority", "expected_actions")
+ALL_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS + EXPECTED_COLUMNS
 PRIORITIES = ("low", "normal", "high", "urgent")
 FIELD_LIMITS = {
     "ticket_id": 64,
@@ -83,6 +85,7 @@ class TicketRow:
     priority: str = "normal"
     language: str = ""
     metadata: dict = field(default_factory=dict)
+    expected: dict = field(default_factory=dict)  # {"category", "priority", "actions"} given by the file
 
 
 @dataclass

@@ -12,8 +12,10 @@ import re
 
 from django.core.validators import EmailValidator
 
+from ticketagent.llm.schemas import ALLOWED_ACTIONS
 from ticketagent.upload.rows import (
     ALL_COLUMNS,
+    EXPECTED_COLUMNS,
     FIELD_LIMITS,
     PRIORITIES,
     REQUIRED_COLUMNS,
@@ -29,6 +31,8 @@ TICKET_ID_ALLOWED = "letters A-Z and a-z, digits 0-9 and . _ : / # -"
 _TICKET_ID_RE = re.compile(r"[A-Za-z0-9._:/#-]+")
 
 _email_validator = EmailValidator()
+_ACTION_SPLIT = re.compile(r"[\s,;]+")
+_CATEGORY_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 
 def _bad_text(value: str) -> str | None:
@@ -65,8 +69,20 @@ def _normalise_newlines(value: str) -> str:
     return value
 
 
+def _expected(clean: dict[str, str]) -> dict:
+    """The expected labels a row gives (a rehearsal's agreement), by their short names."""
+    out = {}
+    for column in EXPECTED_COLUMNS:
+        value = clean.get(column, "")
+        if value:
+            name = column.removeprefix("expected_")
+            out[name] = sorted(set(_ACTION_SPLIT.split(value)) - {""}) if name == "actions" else value
+    return out
+
+
 def _ticket_row(row: int, clean: dict[str, str], metadata: dict) -> TicketRow:
     return TicketRow(
+        expected=_expected(clean),
         row=row,
         ticket_id=clean["ticket_id"],
         customer_email=clean["customer_email"],
@@ -133,9 +149,19 @@ class RowValidator:
             return self._ticket_id(row, value)
         if column == "customer_email":
             return self._email(row, value)
-        if column == "priority":
-            return self._priority(row, value)
-        return value
+        if column in ("priority", "expected_priority"):
+            return self._priority(row, value, column)
+        if column == "expected_category" and value and not _CATEGORY_RE.fullmatch(value.lower()):
+            self.errors.add(row, column, f"{show_value(value)} is not a category name (lower-case letters, "
+                                         f"digits, - and _)")
+            return None
+        if column == "expected_actions":
+            unknown = sorted(set(_ACTION_SPLIT.split(value)) - set(ALLOWED_ACTIONS) - {""})
+            if unknown:
+                self.errors.add(row, column, f"unknown action {show_value(unknown[0])}; actions are "
+                                             f"{', '.join(ALLOWED_ACTIONS)}")
+                return None
+        return value.lower() if column == "expected_category" else value
 
     def _ticket_id(self, row: int, value: str) -> str | None:
         if not _TICKET_ID_RE.fullmatch(value):
@@ -174,15 +200,15 @@ class RowValidator:
             self.email_ok[email] = cached
         return cached
 
-    def _priority(self, row: int, value: str) -> str | None:
+    def _priority(self, row: int, value: str, column: str = "priority") -> str | None:
         if not value:
-            return "normal"
+            return "normal" if column == "priority" else ""
         lowered = value.lower()
         if lowered not in PRIORITIES:
             self.errors.add(
                 row,
-                "priority",
-                f"priority {show_value(value)} is not one of: {', '.join(PRIORITIES)}",
+                column,
+                f"{column} {show_value(value)} is not one of: {', '.join(PRIORITIES)}",
             )
             return None
         return lowered

@@ -12,6 +12,7 @@ from django.urls import reverse
 from ticketagent.models import Task
 
 OPERATORS = "operators"
+EDITORS = "editors"
 HTMX_STOP_POLLING = 286
 
 
@@ -42,6 +43,16 @@ def require_operator(request):
         raise PermissionDenied("operators only: viewers may look but not act")
 
 
+def is_editor(user) -> bool:
+    """Who may change playbooks: editors (and superusers). Everyone signed in may read them."""
+    return user.is_authenticated and (user.is_superuser or user.groups.filter(name=EDITORS).exists())
+
+
+def require_editor(request):
+    if not is_editor(request.user):
+        raise PermissionDenied("editors only: playbooks are changed by editors; everyone else may read them")
+
+
 def actor(request) -> str:
     return request.user.get_username()
 
@@ -63,4 +74,5 @@ def go_to_task(request, task: Task):
 def render_page(request, template, fragment, context, status=200):
     name = f"{template}#{fragment}" if request.htmx and fragment else template
     context.setdefault("can_act", is_operator(request.user))
+    context.setdefault("can_edit", is_editor(request.user))
     return render(request, name, context, status=status)

@@ -18,10 +18,10 @@ from ticketagent.web.access import login_required, render_page
 @require_GET
 def item_detail(request, pk):
     item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
-    checkpoint = Checkpoint.objects.filter(item=item).first()
+    checkpoint = Checkpoint.objects.select_related("playbook_version__playbook").filter(item=item).first()
     events, effects = selectors_ops.item_history(item)
     return render_page(request, "tasks/item.html", None, {
-        "item": item, "checkpoint": checkpoint,
+        "item": item, "checkpoint": checkpoint, "decision": selectors_ops.item_decision(item, checkpoint),
         "checkpoint_json": json.dumps(checkpoint.snapshot(), indent=2, ensure_ascii=False) if checkpoint else "",
         "effects": effects, "events": events,
     })

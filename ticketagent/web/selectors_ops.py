@@ -13,7 +13,7 @@ from ledger.models import Effect, EffectTransition
 from ticketagent import jobs
 from ticketagent.eventlog.merged import merge, transition_payload
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.plan import step_name
+from ticketagent.plan import effect_holds, step_name
 
 log = logging.getLogger(__name__)
 
@@ -170,3 +170,16 @@ def merged_history(events: list[Event], transitions: list[EffectTransition]) -> 
                 payload=transition_payload(t.snapshot, t.from_state, t.note),
                 words=EVENT_WORDS.get(t.event, t.event.replace("_", " ").lower()))))
     return list(merge(((ev.timestamp, ev.pk, ev) for ev in events), entries))[:2000]
+
+
+def item_decision(item: Item, checkpoint) -> dict | None:
+    """What the agent decided for an item, as a person reads it: the triage, the draft (with the articles
+    it used), the actions that run and why, what the rules changed, what waits for approval, the failed
+    reply checks. None before the first model step."""
+    outputs = checkpoint.step_outputs if checkpoint else {}
+    if not outputs.get("triage"):
+        return None
+    decide = outputs.get("decide") or {}
+    held = effect_holds(outputs, allow_auto_close=item.task.allow_auto_close) if decide else {}
+    return {"triage": outputs.get("triage"), "draft": outputs.get("draft"), "decide": decide,
+            "held": {action: why for action, why in held.items() if action in decide.get("actions", ())}}

@@ -124,7 +124,8 @@ def _audit_words(event: Event) -> str:
         return f"{p.get('step', '')}: reconcile — {verdict} — {note}"
     if event.type in (EventType.APPROVED, EventType.REJECTED):
         word = "approved" if event.type == EventType.APPROVED else "rejected"
-        return f"close_ticket {word} by {event.actor} — “{p.get('reason', '')}”"
+        actions = ", ".join(p.get("actions") or [p.get("step", "")]) or "held actions"
+        return f"{actions} {word} by {event.actor} — “{p.get('reason', '')}”"
     if event.type == EventType.ITEM_SKIPPED:
         return f"item skipped by {event.actor} — “{p.get('reason', '')}”"
     return f"item {p.get('why', 'retried')} (by {event.actor}), attempt {p.get('attempt', '?')}"

@@ -20,9 +20,9 @@ from ticketagent.eventlog.export import event_line, transition_line
 from ticketagent.eventlog.merged import merge, task_transitions
 from ticketagent.health import health_numbers
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, Task
-from ticketagent.plan import STEPS
+from ticketagent.plan import steps_of
 from ticketagent.services import ServiceError
-from ticketagent.services.resume import task_clone_unfinished, task_dry_run, task_resume
+from ticketagent.services.resume import task_clone_unfinished, task_dry_run, task_move_version, task_resume
 from ticketagent.services.tasks import task_cancel, task_pause
 from ticketagent.web import selectors
 from ticketagent.web.access import (
@@ -73,7 +73,7 @@ def _detail_context(request, task: Task, **extra) -> dict:
         "effects_by_item": selectors.items_page_effects(items),
         "events": selectors.task_recent_events(task),
         "last_event_id": selectors.task_last_event_id(task),
-        "step_count": len(STEPS),
+        "step_count": len(steps_of(rehearsal=task.rehearsal)),
         **extra,
     }
 
@@ -172,6 +172,21 @@ def task_resume_view(request, pk):
 @require_POST
 def task_pause_view(request, pk):
     return _task_control(request, pk, task_pause, lambda task: "Paused: no more items start until you resume.")
+
+
+@login_required
+@require_POST
+def task_move_version_view(request, pk):
+    """Move the unfinished items with no effect to the newer playbook version the dry-run offered."""
+    version_id = request.POST.get("version", "")
+
+    def move(*, task_id, actor):
+        if not version_id.isdigit():
+            raise ServiceError("choose the version to move to")
+        return task_move_version(task_id=task_id, version_id=int(version_id), actor=actor)
+
+    return _task_control(request, pk, move, lambda n: (
+        f"Moved {n} item{'s' if n != 1 else ''} to the newer version: their model steps recompute under it."))
 
 
 @login_required

@@ -2,6 +2,7 @@
 
 import random
 import sys
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -50,6 +51,13 @@ class Command(BaseCommand):
         parser.add_argument("--crash-probability", type=float, default=0.1,
                             help="chance that a worker SIGKILLs itself at its injected window "
                                  "(default: %(default)s)")
+        parser.add_argument("--playbook", default="",
+                            help="a playbook file (YAML), imported and published, that the rounds' tasks run on: "
+                                 "its rules and reply checks hold actions for approval, which the harness "
+                                 "approves or rejects at random (default: the shipped playbook)")
+        parser.add_argument("--rehearsals", action="store_true",
+                            help="each round also rehearses its tickets, under the same kills; nothing may be "
+                                 "sent for them (default: off)")
         parser.add_argument("--round-timeout", type=float, default=120.0,
                             help="seconds a round may take before it is checked as it stands "
                                  "(default: %(default)s)")
@@ -77,6 +85,9 @@ class Command(BaseCommand):
         keys = f"sandbox keys {opts['sandbox_keys'] or 'honor'}"
         if opts["channel"] == "rt":
             keys = "RT: keys never honoured"
+        playbook = Path(opts["playbook"]) if opts["playbook"] else None
+        if playbook is not None and not playbook.is_file():
+            raise CommandError(f"--playbook {opts['playbook']}: no such file")
         seed = opts["seed"] if opts["seed"] is not None else random.randrange(1_000_000)
         self.stdout.write(f"kill test: seed {seed}, {opts['rounds']} rounds x {opts['items']} items x "
                           f"{opts['workers']} workers, {keys}, channel {opts['channel']}, "
@@ -85,7 +96,8 @@ class Command(BaseCommand):
                               sandbox_keys=opts["sandbox_keys"] or "honor", channel=opts["channel"], faults=faults,
                               crash_probability=opts["crash_probability"], round_timeout=opts["round_timeout"],
                               helpdesk_faults=helpdesk_faults, fault_seconds=opts["fault_seconds"],
-                              gateway_share=opts["gateway_share"], out=self.stdout)
+                              gateway_share=opts["gateway_share"], playbook=playbook,
+                              rehearsals=opts["rehearsals"], out=self.stdout)
         self.stdout.write(report.table())
         for problem in report.problems[:50]:
             self.stdout.write(f"  problem: {problem}")

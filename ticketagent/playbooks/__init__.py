@@ -1,0 +1,1 @@
+"""Playbooks: the team's agent as versioned data (guidance, categories, rules, reply settings, articles)."""
