@@ -13,7 +13,8 @@
     var xhr = event.detail.xhr;
     var text = (xhr.responseText || "").replace(/<[^>]*>/g, " ").replace(/\s+/g, " ").trim();
     if (xhr.status === 403) {
-      flash("Not allowed (403): only operators may do this.");
+      flash("Not allowed (403): your role may not do this (operators act on tasks, editors change playbooks), " +
+            "or this page is out of date after signing in again: reload it.");
     } else {
       flash("The server answered " + xhr.status + (text ? ": " + text.slice(0, 200) : "") + ".");
     }

@@ -151,7 +151,8 @@ def playbook_import(*, data, user=None, publish: bool = False) -> PlaybookVersio
             version = playbook_create(spec=spec, user=user)
         else:
             version = draft_open(playbook_id=playbook.pk, user=user)
-            version = draft_update(version_id=version.pk, changes=spec.model_dump(mode="json"), user=user)
+            version = draft_update(version_id=version.pk, changes=spec.model_dump(mode="json", exclude={"format"}),
+                                   user=user)
         if publish:
             version = version_publish(version_id=version.pk, user=user)
     return version
@@ -178,14 +179,16 @@ def version_default() -> PlaybookVersion:
 
 def version_named(text: str) -> PlaybookVersion:
     """"NAME" (its latest published version) or "NAME:N" (version N, published), or ServiceError."""
-    name, _, number = text.rpartition(":") if ":" in text else (text, "", "")
+    name, _, number = text.rpartition(":")
+    if not number.strip().isdigit() or not name:  # no version given (a name may hold a colon)
+        name, number = text, ""
     playbook = Playbook.objects.filter(name=name.strip()).first()
     if playbook is None:
         raise ServiceError(f"no playbook named {name.strip()!r}")
     if not number:
         version = version_latest_published(playbook)
     else:
-        version = playbook.versions.filter(number=int(number) if number.strip().isdigit() else -1).first()
+        version = playbook.versions.filter(number=int(number)).first()
     if version is None or version.is_draft:
         raise ServiceError(f"{name.strip()!r} has no published version {number or ''}".replace("  ", " ").strip())
     return version

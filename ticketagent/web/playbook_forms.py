@@ -1,0 +1,351 @@
+"""The playbook editor's forms: a draft's sections as forms and formsets, the spec's errors beside their fields.
+
+The forms only read what a person typed (comma lists, one condition a
+line, checkboxes); the spec (`ticketagent.playbooks.spec`) decides what is
+valid. An editor's `changes()` is the section's new value for
+`draft_update()`; `place()` puts each "field.path: message" the spec
+reports beside the field (a list entry's error on its row), and keeps the
+whole list for the summary above the form.
+"""
+
+import re
+
+from django import forms
+from django.forms import formset_factory
+from django.http import Http404
+
+from ticketagent.llm.schemas import ALLOWED_ACTIONS, Priority
+from ticketagent.playbooks.files import spec_from_text
+from ticketagent.playbooks.spec import GUIDANCE_SECTIONS, PlaybookInvalid, PlaybookSpec
+
+ACTION_CHOICES = [(a, a) for a in ALLOWED_ACTIONS]
+PRIORITY_CHOICES = [(p, p) for p in Priority.__args__]  # type: ignore[attr-defined]
+RULE_ACTIONS = ("forbid", "require", "approve")
+# "rules[2].when[0]: unknown field 'plan'" -> section, entry, field path, line, message
+_ERROR = re.compile(r"^(?P<section>[a-z_]+)(?:\[(?P<index>\d+)\])?(?:\.(?P<path>[a-z_.]+))?(?:\[(?P<line>\d+)\])?"
+                    r": (?P<message>.*)$", re.S)
+
+
+def comma_list(text: str) -> list[str]:
+    return [word.strip() for word in (text or "").split(",") if word.strip()]
+
+
+def error_parts(error: str) -> dict | None:
+    """An error's section, entry index, field path, line and message (None when it names no field)."""
+    match = _ERROR.match(error)
+    if match is None:
+        return None
+    parts = match.groupdict()
+    for key in ("index", "line"):
+        parts[key] = int(parts[key]) if parts[key] is not None else None
+    return parts
+
+
+def _place_on(form: forms.Form, field: str | None, message: str) -> None:
+    form.add_error(field if field in form.fields else None, message)
+
+
+class EditorInvalid(Exception):
+    """A form that cannot even be read (a number that is no number, a forged formset): its errors are on it."""
+
+
+class Editor:
+    """One section's form(s): built from the spec, or bound to what was posted."""
+
+    section = ""
+
+    def __init__(self):
+        self.errors: list[str] = []
+
+    def changes(self) -> dict:
+        raise NotImplementedError
+
+    def place(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        for error in errors:
+            parts = error_parts(error)
+            if parts is not None:
+                self.place_one(parts)
+
+    def place_one(self, parts: dict) -> None:
+        raise NotImplementedError
+
+    def all_forms(self) -> list[forms.Form]:
+        return []
+
+    @property
+    def open(self) -> bool:
+        """Shown open: it has errors to fix (the spec's, or a field that could not be read)."""
+        return bool(self.errors) or any(form.is_bound and form.errors for form in self.all_forms())
+
+
+# --------------------------------------------------------------------------- guidance
+
+
+class GuidanceForm(forms.Form):
+    tone = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 6}),
+                           help_text="How replies sound. Placeholders: {{customer_name}}, {{ticket_id}}, "
+                                     "{{metadata.<key>}} …")
+    policies = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 6}),
+                               help_text="What the agent may and may not say or promise.")
+    escalation = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 4}),
+                                 help_text="When a ticket goes to a person.")
+    other = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 4}),
+                            help_text="Anything else the agent should know.")
+
+
+class GuidanceEditor(Editor):
+    section = "guidance"
+
+    def __init__(self, spec: PlaybookSpec, data=None):
+        super().__init__()
+        self.form = GuidanceForm(data, initial=spec.guidance.model_dump(), prefix="guidance")
+
+    def all_forms(self) -> list[forms.Form]:
+        return [self.form]
+
+    def changes(self) -> dict:
+        if not self.form.is_valid():
+            raise EditorInvalid
+        return {"guidance": {name: self.form.cleaned_data[name] for name in GUIDANCE_SECTIONS}}
+
+    def place_one(self, parts: dict) -> None:
+        _place_on(self.form, parts["path"] if parts["section"] == "guidance" else None, parts["message"])
+
+
+# --------------------------------------------------------------------------- categories and rules (formsets)
+
+
+class CategoryForm(forms.Form):
+    name = forms.CharField(required=False, help_text="lower case: a-z, 0-9, - and _")
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    priority = forms.ChoiceField(choices=PRIORITY_CHOICES, initial="normal", help_text="the default priority")
+    keywords = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                               help_text="comma-separated")
+    rt_queue = forms.CharField(required=False, label="RT queue")
+    rt_owner = forms.CharField(required=False, label="RT owner")
+    zendesk_group = forms.CharField(required=False, label="Zendesk group")
+
+    @staticmethod
+    def initial_of(category: dict) -> dict:
+        return {**{k: category[k] for k in ("name", "description", "priority")},
+                "keywords": ", ".join(category["keywords"]), **category["escalate_to"]}
+
+    def value(self) -> dict:
+        data = self.cleaned_data
+        return {"name": data["name"], "description": data["description"], "priority": data["priority"],
+                "keywords": comma_list(data["keywords"]),
+                "escalate_to": {k: data[k] for k in ("rt_queue", "rt_owner", "zendesk_group")}}
+
+    def field_of(self, path: str | None) -> str | None:
+        return (path or "").removeprefix("escalate_to.") or None
+
+
+class RuleForm(forms.Form):
+    name = forms.CharField(required=False)
+    when = forms.CharField(required=False, strip=False, label="Conditions", widget=forms.Textarea(attrs={"rows": 3}),
+                           help_text="one a line, all must hold: <field> <is | is not | in | not in | contains> "
+                                     "<value>, e.g. category is billing")
+    forbid = forms.MultipleChoiceField(required=False, choices=ACTION_CHOICES, widget=forms.CheckboxSelectMultiple)
+    require = forms.MultipleChoiceField(required=False, choices=ACTION_CHOICES, widget=forms.CheckboxSelectMultiple)
+    approve = forms.MultipleChoiceField(required=False, choices=ACTION_CHOICES, widget=forms.CheckboxSelectMultiple,
+                                        label="Hold for approval")
+
+    @staticmethod
+    def initial_of(rule: dict) -> dict:
+        return {**rule, "when": "\n".join(rule["when"])}
+
+    def value(self) -> dict:
+        data = self.cleaned_data
+        lines = (data["when"] or "").splitlines()
+        self.when_lines = [n for n, line in enumerate(lines, start=1) if line.strip()]  # condition -> its line
+        return {"name": data["name"], "when": [line for line in lines if line.strip()],
+                **{key: list(data[key]) for key in RULE_ACTIONS}}
+
+    def field_of(self, path: str | None) -> str | None:
+        return path
+
+
+class RowsEditor(Editor):
+    """A list section (categories, rules) as a formset: change, add (the blank row), remove rows."""
+
+    form_class: type[forms.Form] = forms.Form
+    noun = ""
+
+    def __init__(self, spec: PlaybookSpec, data=None):
+        super().__init__()
+        rows = [self.form_class.initial_of(entry) for entry in spec.model_dump(mode="json")[self.section]]
+        formset = formset_factory(self.form_class, extra=1, can_delete=True)
+        self.formset = formset(data, initial=rows, prefix=self.section)
+        self.kept: list[forms.Form] = []  # the rows sent to the spec, in order: its index -> the row
+
+    def all_forms(self) -> list[forms.Form]:
+        return list(self.formset.forms)
+
+    @property
+    def open(self) -> bool:
+        return super().open or bool(self.formset.is_bound and self.formset.non_form_errors())
+
+    def changes(self) -> dict:
+        if not self.formset.is_valid():
+            raise EditorInvalid
+        self.kept = [form for i, form in enumerate(self.formset.forms)
+                     if not form.cleaned_data.get("DELETE")
+                     and (i < self.formset.initial_form_count() or form.has_changed())]
+        return {self.section: [form.value() for form in self.kept]}
+
+    def place_one(self, parts: dict) -> None:
+        index = parts["index"]
+        if parts["section"] != self.section or index is None or index >= len(self.kept):
+            return  # "categories: at least 1 item": in the summary above the rows
+        form, message = self.kept[index], parts["message"]
+        if parts["line"] is not None and parts["path"] == "when":
+            message = f"line {form.when_lines[parts['line']]}: {message}"
+        _place_on(form, form.field_of(parts["path"]), message)
+
+    @property
+    def rows(self) -> list[tuple[forms.Form, bool]]:
+        """Each row and whether it is the blank one that adds an entry."""
+        existing = self.formset.initial_form_count()
+        return [(form, i >= existing) for i, form in enumerate(self.formset.forms)]
+
+
+class CategoriesEditor(RowsEditor):
+    section, noun, form_class = "categories", "category", CategoryForm
+
+
+class RulesEditor(RowsEditor):
+    section, noun, form_class = "rules", "rule", RuleForm
+
+
+# --------------------------------------------------------------------------- reply settings and checks
+
+
+class ReplyForm(forms.Form):
+    signature = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3}))
+    language = forms.CharField(required=False, help_text="“ticket” (the ticket's language) or a code: en, de, pt-BR")
+    max_chars = forms.IntegerField(label="Longest reply (characters)", help_text="100 to 10000")
+
+
+class ChecksForm(forms.Form):
+    min_chars = forms.IntegerField(label="Shortest reply (characters)", help_text="0 to 2000")
+    scaffolding = forms.BooleanField(required=False, label="Hold replies that show the model's working")
+    made_up_contacts = forms.BooleanField(required=False,
+                                          label="Hold replies with contact details found nowhere in the playbook "
+                                                "or the ticket")
+    language = forms.BooleanField(required=False, label="Hold replies in the wrong language")
+
+
+class ReplyEditor(Editor):
+    section = "reply"
+
+    def __init__(self, spec: PlaybookSpec, data=None):
+        super().__init__()
+        self.reply = ReplyForm(data, initial=spec.reply.model_dump(), prefix="reply")
+        self.checks = ChecksForm(data, initial=spec.checks.model_dump(), prefix="checks")
+
+    def all_forms(self) -> list[forms.Form]:
+        return [self.reply, self.checks]
+
+    def changes(self) -> dict:
+        valid = [self.reply.is_valid(), self.checks.is_valid()]
+        if not all(valid):
+            raise EditorInvalid
+        return {"reply": dict(self.reply.cleaned_data), "checks": dict(self.checks.cleaned_data)}
+
+    def place_one(self, parts: dict) -> None:
+        form = self.checks if parts["section"] == "checks" else self.reply
+        _place_on(form, parts["path"], parts["message"])
+
+
+# --------------------------------------------------------------------------- articles
+
+
+class ArticleForm(forms.Form):
+    title = forms.CharField(required=False)
+    body = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 6}),
+                           help_text="at most 5000 characters; the draft step quotes it")
+    tags = forms.CharField(required=False, help_text="comma-separated")
+    enabled = forms.BooleanField(required=False, initial=True, help_text="a disabled article is never searched")
+
+
+class ArticleEditor(Editor):
+    """One article: `index` None adds one; otherwise the article at `index` (changed, or removed with `delete`)."""
+
+    section = "articles"
+
+    def __init__(self, spec: PlaybookSpec, data=None, *, index: int | None = None):
+        super().__init__()
+        self.articles = spec.model_dump(mode="json")["articles"]
+        if index is not None and not 0 <= index < len(self.articles):
+            raise Http404(f"this version has no article {index}")
+        self.index = index
+        initial = {"enabled": True} if index is None else {**self.articles[index],
+                                                           "tags": ", ".join(self.articles[index]["tags"])}
+        self.delete = bool(data and data.get("delete"))
+        self.form = ArticleForm(data, initial=initial, prefix="new-article" if index is None else f"article-{index}")
+
+    def all_forms(self) -> list[forms.Form]:
+        return [self.form]
+
+    @property
+    def target(self) -> int:
+        """The position of the article in the new list."""
+        return len(self.articles) if self.index is None else self.index
+
+    def changes(self) -> dict:
+        articles = list(self.articles)
+        if self.delete and self.index is not None:
+            del articles[self.index]
+            return {"articles": articles}
+        if not self.form.is_valid():
+            raise EditorInvalid
+        data = self.form.cleaned_data
+        article = {"title": data["title"], "body": data["body"], "tags": comma_list(data["tags"]),
+                   "enabled": data["enabled"]}
+        if self.index is None:
+            articles.append(article)
+        else:
+            articles[self.index] = article
+        return {"articles": articles}
+
+    def place_one(self, parts: dict) -> None:
+        if parts["section"] == "articles" and parts["index"] == self.target:
+            _place_on(self.form, parts["path"], parts["message"])
+
+
+def article_editors(spec: PlaybookSpec, bound: Editor | None = None) -> list[ArticleEditor]:
+    """An editor for each article, the posted one in its place."""
+    return [bound if isinstance(bound, ArticleEditor) and bound.index == i else ArticleEditor(spec, index=i)
+            for i in range(len(spec.articles))]
+
+
+def section_editors(spec: PlaybookSpec, bound: Editor | None = None) -> dict:
+    """Every editor of a draft's page, unbound, except the one that was posted (with its errors)."""
+    editors = {cls.section: cls(spec) for cls in (GuidanceEditor, CategoriesEditor, RulesEditor, ReplyEditor)}
+    editors["new_article"] = ArticleEditor(spec)
+    if bound is not None:
+        key = "new_article" if isinstance(bound, ArticleEditor) and bound.index is None else bound.section
+        if key in editors:
+            editors[key] = bound
+    editors["article_list"] = article_editors(spec, bound)
+    return editors
+
+
+# --------------------------------------------------------------------------- a playbook file
+
+
+class PlaybookFileForm(forms.Form):
+    file = forms.FileField(help_text="YAML or JSON, as `manage.py playbook export` writes it. A file whose name is "
+                                     "an existing playbook's becomes that playbook's draft.")
+    publish = forms.BooleanField(required=False, label="Publish it at once",
+                                 help_text="Otherwise it stays a draft you can read and change first.")
+
+    def spec_data(self) -> dict:
+        """The mapping the file holds; PlaybookInvalid naming the file when it is not one."""
+        upload = self.cleaned_data["file"]
+        try:
+            text = upload.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise PlaybookInvalid([f"{upload.name}: not UTF-8 text"]) from None
+        return spec_from_text(text, source=upload.name)
