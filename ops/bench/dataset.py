@@ -21,6 +21,7 @@ from ticketagent.eventlog.append import blob_put
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, Event, Item, Task
 from ticketagent.plan import PLAN_VERSION, STEPS
+from ticketagent.playbooks.services import version_default
 
 if TYPE_CHECKING:
     from ops.bench.runner import Bench
@@ -96,7 +97,8 @@ def load(bench: Bench) -> None:
               f"(bulk_create), then VACUUM ANALYZE")
     t0 = time.monotonic()
     reset_tables()
-    big = Task.objects.create(name=BIG_TASK, status="suspended",
+    version = version_default()
+    big = Task.objects.create(name=BIG_TASK, status="suspended", playbook_version=version,
                               status_reason="3 consecutive failures: model rate limit", allow_auto_close=False)
     fill_task(big, s.dataset_big_task, s, big=True)
     remaining = s.dataset_items - s.dataset_big_task
@@ -105,7 +107,7 @@ def load(bench: Bench) -> None:
         k += 1
         size = min(s.dataset_task_size, remaining)
         status = "needs_review" if k % 10 == 0 else "completed"
-        task = Task.objects.create(name=f"{DATASET_MARK}: task {k}", status=status)
+        task = Task.objects.create(name=f"{DATASET_MARK}: task {k}", status=status, playbook_version=version)
         fill_task(task, size, s, big=False)
         if status == "completed":  # the final counts a task keeps when it completes
             Task.objects.filter(pk=task.pk).update(final_counts=dict(
@@ -136,7 +138,8 @@ def _items(task: Task, statuses: list[str], base: dt.datetime) -> list[Item]:
     for i, st in enumerate(statuses):
         subject, body = SUBJECTS[i % len(SUBJECTS)]
         items.append(Item(
-            task=task, row=i + 2, ticket_id=f"D{task.pk}-{i}", customer_email=f"c{task.pk}-{i}@example.com",
+            task=task, playbook_version_id=task.playbook_version_id, row=i + 2, ticket_id=f"D{task.pk}-{i}",
+            customer_email=f"c{task.pk}-{i}@example.com",
             customer_name=f"Customer {i}", subject=subject.format(n=i), body=body.format(n=i) * 3, status=st,
             enqueued_at=base, finished_at=base + dt.timedelta(seconds=i) if st in ("done", "failed") else None,
             last_error="model rate limit" if st == "failed" else "",
@@ -187,6 +190,7 @@ def fill_task(task: Task, n: int, s: Sizes, *, big: bool) -> None:
         cursor = len(STEPS) if st == "done" else (3 if st in ("waiting_review", "waiting_approval") else
                                                   (item.pk % 3))
         cps.append(Checkpoint(item=item, task=task, plan_version=PLAN_VERSION, schema_version=SCHEMA_VERSION,
+                              playbook_version_id=task.playbook_version_id,
                               cursor=cursor, input_hash=item.input_hash(),
                               step_outputs={k: v for k, v in list(OUTPUTS.items())[:min(cursor, 3)]}))
         if cursor < 3:
