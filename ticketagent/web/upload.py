@@ -4,6 +4,8 @@ from django import forms
 from django.conf import settings
 
 from ticketagent.models import NotifyChannel
+from ticketagent.playbooks.models import PlaybookVersion, VersionStatus
+from ticketagent.playbooks.services import version_default
 from ticketagent.services import ServiceError
 from ticketagent.services.imports import task_import
 from ticketagent.services.upload import UploadRejected, task_upload
@@ -12,31 +14,53 @@ from ticketagent.sources.helpdesk import helpdesk_summary
 from ticketagent.web.access import go_to_task, login_required, render_page, require_operator
 
 
+class VersionChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj) -> str:
+        return obj.label
+
+
 class TaskOptions(forms.Form):
     name = forms.CharField(required=False, max_length=200)
+    playbook_version = VersionChoiceField(queryset=PlaybookVersion.objects.none(), required=False, empty_label=None,
+                                          label="Playbook version",
+                                          help_text="The published playbook version the agent follows.")
+    rehearsal = forms.BooleanField(required=False, label="Rehearsal (run the model steps and the rules, send nothing)",
+                                   help_text="Its report shows what would happen to each ticket; go live from it.")
     notify_channel = forms.ChoiceField(choices=NotifyChannel.choices, initial=NotifyChannel.HELPDESK)
     allow_auto_close = forms.BooleanField(required=False, label="Allow automatic close",
                                           help_text="Otherwise every close waits for an operator's approval.")
     failure_threshold = forms.IntegerField(min_value=1, max_value=1000, initial=3, required=False,
                                            help_text="Consecutive failed items that suspend the task.")
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        field = self.fields["playbook_version"]
+        field.queryset = (PlaybookVersion.objects.filter(status=VersionStatus.PUBLISHED).select_related("playbook")
+                          .order_by("playbook__name", "-number"))
+        try:
+            field.initial = version_default()
+        except ServiceError:  # the first playbook has no published version yet: the operator picks one
+            field.initial = None
+
     def options(self) -> dict:
         return {key: self.cleaned_data[key] for key in ("name", "notify_channel", "allow_auto_close",
-                                                       "failure_threshold")}
+                                                       "failure_threshold", "playbook_version", "rehearsal")}
 
 
 class UploadForm(TaskOptions):
     file = forms.FileField(allow_empty_file=True,
                            help_text="CSV or JSONL; columns ticket_id, customer_email, subject, body "
                                      "(+ customer_name, priority, language, metadata)")
-    field_order = ["file", "name", "notify_channel", "allow_auto_close", "failure_threshold"]
+    field_order = ["file", "name", "playbook_version", "rehearsal", "notify_channel", "allow_auto_close",
+                   "failure_threshold"]
 
 
 class ImportForm(TaskOptions):
     query = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
     limit = forms.IntegerField(min_value=1, max_value=50_000, initial=500, required=False,
                                help_text="At most this many tickets.")
-    field_order = ["query", "limit", "name", "notify_channel", "allow_auto_close", "failure_threshold"]
+    field_order = ["query", "limit", "name", "playbook_version", "rehearsal", "notify_channel", "allow_auto_close",
+                   "failure_threshold"]
 
 
 def _context(source: str, **extra) -> dict:
