@@ -18,34 +18,44 @@ import re
 from dataclasses import dataclass
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from ticketagent.models import ItemStatus
+from ticketagent.services.rehearsal import rehearsal_rerun
 
 from ..factories import make_task
 
 pytestmark = [pytest.mark.django_db]
 
-ROLES = ("anonymous", "viewer", "operator", "staff")
+ROLES = ("anonymous", "viewer", "operator", "editor", "staff")
 LOGIN = "login"  # a redirect to /accounts/login/?next=<the url>
 ADMIN_LOGIN = "admin-login"  # a redirect to /admin/login/?next=<the url>
 
-# name -> {role: (GET, POST)}. "viewer+" rows list viewer, operator and staff alike.
+# name -> {role: (GET, POST)}. "viewer+" rows list viewer, operator, editor and staff alike. An editor changes
+# playbooks and is no operator; staff is a superuser (every role).
 _PAGE = {"anonymous": (LOGIN, LOGIN), "viewer+": (200, 405)}
 
 
 def _action(operator_post):
     return {"anonymous": (LOGIN, LOGIN), "viewer": (405, 403), "operator": (405, operator_post),
-            "staff": (405, operator_post)}
+            "editor": (405, 403), "staff": (405, operator_post)}
+
+
+def _edit(editor_post, get=405):
+    """A change to a playbook: editors (and superusers) only."""
+    return {"anonymous": (LOGIN, LOGIN), "viewer": (get, 403), "operator": (get, 403), "editor": (get, editor_post),
+            "staff": (get, editor_post)}
 
 
 EXPECT: dict[str, dict] = {
     # route (as in urls.py)                 expectations; POSTs carry no data (the views' own validation answers)
     "": _PAGE,                                                   # tasks
-    "upload/": {"anonymous": (LOGIN, LOGIN), "viewer": (200, 403), "operator": (200, 400), "staff": (200, 400)},
+    "upload/": {"anonymous": (LOGIN, LOGIN), "viewer": (200, 403), "operator": (200, 400), "editor": (200, 403),
+                "staff": (200, 400)},
     "upload/helpdesk/": {"anonymous": (LOGIN, LOGIN), "viewer": (200, 403), "operator": (200, 400),
-                         "staff": (200, 400)},                   # a task from a helpdesk query
+                         "editor": (200, 403), "staff": (200, 400)},  # a task from a helpdesk query
     "tasks/<int:pk>/": _PAGE,
     "tasks/<int:pk>/progress/": _PAGE,
     "tasks/<int:pk>/events.jsonl": _PAGE,
@@ -54,6 +64,25 @@ EXPECT: dict[str, dict] = {
     "tasks/<int:pk>/pause/": _action(302),
     "tasks/<int:pk>/cancel/": _action(302),
     "tasks/<int:pk>/clone/": _action(302),                       # a new task from the unfinished items
+    "tasks/<int:pk>/move-version/": _action(409),                # no version given
+    "tasks/<int:pk>/rehearsal/": _PAGE,
+    "tasks/<int:pk>/rehearsal/rerun/": _action(400),             # no version given
+    "tasks/<int:pk>/compare/<int:other>/": _PAGE,                # a rehearsal and its rerun
+    "tasks/<int:pk>/go-live/": _action(400),
+    "playbooks/": _PAGE,
+    "playbooks/import/": _edit(400),                             # no file given
+    "playbooks/<int:pk>/": _PAGE,
+    "playbooks/<int:pk>/draft/": _edit(302),                     # opens the draft (a copy of the latest version)
+    "playbooks/<int:pk>/diff/": _PAGE,
+    "playbooks/versions/<int:pk>/": {**_edit(409, get=200), "anonymous": (LOGIN, LOGIN)},  # POST: discard a draft
+    "playbooks/versions/<int:pk>/guidance/": _edit(409),         # the sample is published: it never changes
+    "playbooks/versions/<int:pk>/categories/": _edit(409),
+    "playbooks/versions/<int:pk>/rules/": _edit(409),
+    "playbooks/versions/<int:pk>/reply/": _edit(409),
+    "playbooks/versions/<int:pk>/articles/": _edit(409),
+    "playbooks/versions/<int:pk>/articles/<int:index>/": _edit(409),
+    "playbooks/versions/<int:pk>/publish/": _edit(409),
+    "playbooks/versions/<int:pk>/export.yaml": _PAGE,
     "items/<int:pk>/": _PAGE,
     "items/<int:pk>/approval/": _action(409),                    # no decision given
     "items/<int:pk>/retry/": _action(409),                       # the item is not failed
@@ -75,7 +104,7 @@ EXPECT: dict[str, dict] = {
 
 STAFF_ONLY_NAMESPACES = ("admin", "django_rq")
 # Within them, the patterns with another rule for non-staff users: (namespace, url name) -> (GET, POST)
-_EVERYONE = ("anonymous", "viewer", "operator")
+_EVERYONE = ("anonymous", "viewer", "operator", "editor")
 _TOKEN_API = dict.fromkeys(_EVERYONE, (401, 401))  # django_rq's JSON and Prometheus views: staff or RQ_API_TOKEN
 NON_STAFF_EXCEPTIONS = {
     ("admin", "login"): dict.fromkeys(_EVERYONE, (200, 200)),
@@ -94,7 +123,10 @@ SAMPLE_VALUES = {
     "scheduler_index": "0", "connection_index": "0", "scheduler_name": "no-such-scheduler",
     "cron_job_name": "no-such-job", "token": "notthetoken",
 }
-OBJECT_FOR_ROUTE = {"tasks/": "task", "items/": "item", "effects/": "effect"}
+# the object a route's <pk> names: the first key the route starts with (a rehearsal's pages take a rehearsal)
+OBJECT_FOR_ROUTE = {"tasks/<int:pk>/rehearsal/": "rehearsal", "tasks/<int:pk>/compare/": "rehearsal",
+                    "tasks/<int:pk>/go-live/": "rehearsal", "tasks/": "task", "items/": "item", "effects/": "effect", "playbooks/versions/": "version",
+                    "playbooks/": "playbook"}
 
 
 @dataclass(frozen=True)
@@ -125,6 +157,8 @@ def sample_path(pattern: Pattern, objects: dict) -> str:
                 name = m.group(2)
                 if name == "pk":
                     return str(objects[next(v for k, v in OBJECT_FOR_ROUTE.items() if pattern.route.startswith(k))])
+                if name == "other":  # the rehearsal compared with: a rerun of it
+                    return str(objects["rerun"])
                 return SAMPLE_VALUES.get(name) or "999999"
 
             out.append(re.sub(r"<(?:(\w+):)?(\w+)>", convert, text))
@@ -158,7 +192,10 @@ def world(unknown_effect):
         task = make_task(2)
         item = task.items.order_by("row").first()
         task.items.filter(pk=item.pk).update(status=ItemStatus.WAITING_APPROVAL)
-        return {"task": task.pk, "item": item.pk, "effect": unknown_effect().pk}
+        rehearsal = make_task(2, rehearsal=True)
+        rerun = rehearsal_rerun(task_id=rehearsal.pk, version=rehearsal.playbook_version)
+        return {"task": task.pk, "item": item.pk, "effect": unknown_effect().pk, "rehearsal": rehearsal.pk,
+                "rerun": rerun.pk, "version": task.playbook_version_id, "playbook": task.playbook_version.playbook_id}
 
     return make
 
@@ -205,7 +242,9 @@ def _check(response, want, path: str) -> str | None:
 
 def test_the_matrix(world, alice, bob, staff, queue, settings):
     settings.RATE_LIMIT_ACTIONS_PER_MINUTE = 100_000  # the matrix itself is hundreds of POSTs a minute
-    users = {"anonymous": None, "viewer": bob, "operator": alice, "staff": staff}
+    editor = User.objects.create_user("erin", password="erin-pass-123")
+    editor.groups.add(Group.objects.get_or_create(name="editors")[0])
+    users = {"anonymous": None, "viewer": bob, "operator": alice, "editor": editor, "staff": staff}
     patterns = list(walk())
     assert len(patterns) > 40  # ours, the admin's and the RQ dashboard's
     failures, checked = [], 0

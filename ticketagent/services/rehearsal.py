@@ -10,10 +10,12 @@ changed since (its input hash differs), which recomputes and says why.
 from django.db import transaction
 
 from ticketagent.eventlog.append import events_append
-from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, Task
+from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task
 from ticketagent.playbooks.models import PlaybookVersion
 from ticketagent.services import ServiceError
+from ticketagent.services.readiness import helpdesk_ready
 from ticketagent.services.tasks import task_create
+from ticketagent.services.upload import expected_rejected
 from ticketagent.upload.rows import TicketRow
 
 
@@ -34,9 +36,16 @@ def _rehearsal(task_id: int) -> Task:
 
 
 def rehearsal_rerun(*, task_id: int, version: PlaybookVersion, user=None) -> Task:
-    """The rehearsal's tickets rehearsed again under another published version ("compare with version N")."""
+    """The rehearsal's tickets rehearsed again under another published version of its playbook ("compare
+    with version N"); ServiceError if the version is not one, or lacks a category the file expects."""
     task = _rehearsal(task_id)
+    if version.is_draft or version.playbook_id != task.playbook_version.playbook_id:
+        raise ServiceError(f"compare with a published version of {task.playbook_version.playbook.name}")
     rows = [item_row(item) for item in task.items.order_by("row")]
+    unknown = expected_rejected(rows, version)
+    if unknown:
+        raise ServiceError(f"{len(unknown)} ticket(s) expect a category {version.label} does not have, e.g. "
+                           f"{unknown[0]}")
     return task_create(rows=rows, name=f"{task.name} on {version.label}"[:200], user=user,
                        filename=task.source_filename, allow_auto_close=task.allow_auto_close,
                        notify_channel=task.notify_channel, failure_threshold=task.failure_threshold,
@@ -50,20 +59,35 @@ def task_go_live(*, task_id: int, exclude=(), rows=None, user=None, name: str = 
     An item rehearsed to the end whose ticket did not change starts at its effect steps with the rehearsed
     outputs; any other recomputes (PLAN_RECOMPUTED says why)."""
     task = _rehearsal(task_id)
+    if task.status in ACTIVE_TASK_STATUSES:
+        raise ServiceError("the rehearsal is still running: go live once it has ended and its decisions are read")
+    if not all(str(pk).isdigit() for pk in exclude):
+        raise ServiceError("exclude names items by their number")
     excluded = {int(pk) for pk in exclude}
-    rehearsed = [item for item in task.items.select_related("checkpoint").order_by("row") if item.pk not in excluded]
+    items = list(task.items.select_related("checkpoint").order_by("row"))
+    strangers = excluded - {item.pk for item in items}
+    if strangers:
+        raise ServiceError(f"item {min(strangers)} is not a ticket of this rehearsal")
+    rehearsed = [item for item in items if item.pk not in excluded]
     if not rehearsed:
         raise ServiceError("every ticket of the rehearsal is excluded: nothing would go live")
-    fresh = {row.ticket_id: row for row in rows or ()}
+    fresh = {row.ticket_id: row for row in rows} if rows is not None else {}
+    if rows is not None and not rows:
+        raise ServiceError("the new file holds no ticket")
     missing = [item.ticket_id for item in rehearsed if fresh and item.ticket_id not in fresh]
     if missing:
         raise ServiceError(f"the new file lacks {len(missing)} rehearsed ticket(s), e.g. {missing[0]}: exclude "
                            f"them or upload the whole file")
+    unrehearsed = sorted(set(fresh) - {item.ticket_id for item in items})
+    if unrehearsed:
+        raise ServiceError(f"the new file holds {len(unrehearsed)} ticket(s) the rehearsal did not decide, e.g. "
+                           f"{unrehearsed[0]}: rehearse them first")
+    helpdesk_ready(notify_channel=notify_channel or task.notify_channel)
     live_rows, carried, recomputed = [], {}, {}
     for item in rehearsed:
         row = fresh.get(item.ticket_id) or item_row(item)
         live_rows.append(row)
-        plan = _reviewed_plan(item, row)
+        plan = _reviewed_plan(item, row, task.playbook_version_id)
         if isinstance(plan, dict):
             carried[row.ticket_id] = plan
         else:
@@ -82,11 +106,13 @@ def task_go_live(*, task_id: int, exclude=(), rows=None, user=None, name: str = 
     return live
 
 
-def _reviewed_plan(item: Item, row: TicketRow):
+def _reviewed_plan(item: Item, row: TicketRow, version_id: int):
     """The rehearsed checkpoint to carry (a dict), or why the item recomputes instead (a str)."""
     checkpoint: Checkpoint | None = getattr(item, "checkpoint", None)
     if item.status != ItemStatus.DONE or checkpoint is None or "decide" not in checkpoint.step_outputs:
         return f"its rehearsal did not reach a decision ({item.get_status_display()})"
+    if checkpoint.playbook_version_id != version_id:
+        return "it was rehearsed under another playbook version: its decision is made again"
     now = Item(ticket_id=row.ticket_id, customer_email=row.customer_email, customer_name=row.customer_name,
                subject=row.subject, body=row.body, priority=row.priority, language=row.language).input_hash()
     if now != checkpoint.input_hash or (row.metadata or {}) != (item.metadata or {}):
