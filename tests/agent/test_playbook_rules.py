@@ -8,7 +8,7 @@ fails a reply check reaches nobody until a person approved it.
 import pytest
 
 from ledger.models import Effect, EffectState
-from ticketagent.models import ItemStatus
+from ticketagent.models import EventType, ItemStatus
 from ticketagent.playbooks.services import draft_open, draft_update, playbook_import, version_publish
 from ticketagent.playbooks.standard import standard_spec
 from ticketagent.services.items import item_approve
@@ -142,6 +142,10 @@ def test_the_playbook_reaches_the_model_and_shapes_the_reply(workers, sandbox, o
     enum = triage["response_format"]["json_schema"]["schema"]["properties"]["category"]["enum"]
     assert enum == [c["name"] for c in spec["categories"]]
     assert outputs(item)["draft"]["body"].endswith("— The Acme support team")
+    # each model step's tokens, as the API's `usage` gave them (the fake answers 42 + 17 a call)
+    for event in item.events.filter(type=EventType.STEP_DONE, payload__step__in=("triage", "draft", "decide")):
+        usage = event.payload["usage"]
+        assert (usage["calls"], usage["prompt_tokens"], usage["completion_tokens"]) == (1, 42, 17), usage
 
 
 def test_editing_a_draft_never_changes_a_published_version(db):
