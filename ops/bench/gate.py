@@ -23,6 +23,7 @@ from ops.bench.results import percentile
 from ticketagent.models import Item, ItemStatus, Task, TaskStatus
 from ticketagent.pipeline.lease import ItemRun
 from ticketagent.pipeline.phases import phase
+from ticketagent.playbooks.services import version_default
 
 if TYPE_CHECKING:
     from ops.bench.runner import Bench
@@ -78,10 +79,12 @@ def _floor_table() -> None:
 
 def _owners(n: int) -> tuple[Task, list[Item]]:
     """Owners for the "as wired" variant: a real task and running items with a lease."""
-    task = Task.objects.create(name="bench gate", status=TaskStatus.COMPLETED, allow_auto_close=True)
+    task = Task.objects.create(name="bench gate", status=TaskStatus.COMPLETED, allow_auto_close=True,
+                               playbook_version=version_default())
     lease_until = timezone.now() + dt.timedelta(days=1)
     items = Item.objects.bulk_create([
-        Item(task=task, row=i + 2, ticket_id=f"G-{i}", customer_email=f"g{i}@example.com", subject="Gate",
+        Item(task=task, playbook_version_id=task.playbook_version_id, row=i + 2, ticket_id=f"G-{i}",
+             customer_email=f"g{i}@example.com", subject="Gate",
              body="gate bench", status=ItemStatus.RUNNING, lease_token="bench-gate", lease_owner="bench",
              lease_expires_at=lease_until) for i in range(n + 1)])
     return task, items

@@ -201,7 +201,9 @@ def operator_world(unknown_effect, queue):  # noqa: F811 - the fixture imported 
     an unknown email, and a queued task."""
     from django.utils import timezone
 
-    from ticketagent.models import Item, ItemStatus, Task, TaskStatus
+    from ticketagent.llm.schemas import SCHEMA_VERSION
+    from ticketagent.models import Checkpoint, Item, ItemStatus, Task, TaskStatus
+    from ticketagent.plan import PLAN_VERSION, STEP_NAMES
 
     from ..factories import make_task
 
@@ -218,8 +220,20 @@ def operator_world(unknown_effect, queue):  # noqa: F811 - the fixture imported 
     failed, waiting, done = review.items.order_by("row")
     Item.objects.filter(pk=failed.pk).update(status=ItemStatus.FAILED, finished_at=now,
                                              last_error="save_draft: helpdesk refused with 422: body too long")
-    Item.objects.filter(pk=waiting.pk).update(status=ItemStatus.WAITING_APPROVAL,
-                                              last_error="close_ticket is irreversible and waits for an operator's approval")
+    Item.objects.filter(pk=waiting.pk).update(
+        status=ItemStatus.WAITING_APPROVAL,
+        last_error="held for approval: close_ticket (irreversible: closing waits for an operator's approval)")
+    Checkpoint.objects.create(  # its decision: answered, and the customer asked to close the ticket
+        item=waiting, task=review, plan_version=PLAN_VERSION, playbook_version_id=waiting.playbook_version_id,
+        schema_version=SCHEMA_VERSION, cursor=STEP_NAMES.index("close_ticket"), input_hash=waiting.input_hash(),
+        step_outputs={"triage": {"category": "feedback", "priority": "normal", "sentiment": "positive",
+                                 "language": "en", "summary": "Thanks; please close the ticket."},
+                      "draft": {"subject": "Re: thanks", "body": "Glad we could help. We close the ticket now.",
+                                "articles": []},
+                      "decide": {"actions": ["save_draft", "notify_customer", "set_status", "close_ticket"],
+                                 "status": "solved", "reason": "the customer asked to close the ticket",
+                                 "chosen": ["save_draft", "notify_customer", "set_status", "close_ticket"],
+                                 "rules": [], "checks": [], "held": {}}})
     Item.objects.filter(pk=done.pk).update(status=ItemStatus.DONE, finished_at=now)
     Task.objects.filter(pk=review.pk).update(status=TaskStatus.NEEDS_REVIEW, started_at=now, finished_at=now)
     effect = unknown_effect(make_task(1, name="Email batch", notify_channel="email", prefix="M"), channel="email")

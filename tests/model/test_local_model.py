@@ -61,9 +61,14 @@ def assert_protocol(task, sandbox) -> dict:
     for item in items.values():
         checkpoint = Checkpoint.objects.filter(item=item).first()
         outputs = checkpoint.step_outputs if checkpoint else {}
-        for name, schema in (("triage", Triage), ("draft", Reply), ("decide", Decision)):
-            if name in outputs:
-                schema.model_validate(outputs[name])  # what was kept is schema-valid
+        if "triage" in outputs:  # what was kept is schema-valid: the model's answers, and what code added
+            Triage.model_validate(outputs["triage"])
+        if "draft" in outputs:
+            Reply.model_validate({k: outputs["draft"][k] for k in ("subject", "body")})
+        if "decide" in outputs:
+            Decision.model_validate({k: outputs["decide"][k] for k in ("status", "reason")}
+                                    | {"actions": outputs["decide"]["chosen"]})
+            assert set(outputs["decide"]["actions"]) <= set(ALLOWED_ACTIONS)
         if item.status == ItemStatus.FAILED:
             assert item.failure_kind in ModelError.KINDS, (item.ticket_id, item.failure_kind, item.last_error)
             assert item.last_error.split(":")[0] in MODEL_STEPS, item.last_error
