@@ -32,6 +32,21 @@ def skip_or_fail(reason: str):
     pytest.skip(reason)
 
 
+# Tests that share something of the machine's run in one pytest-xdist process, one after the other: the
+# private PostgreSQL and Redis of `make run` under var/ and the network namespaces (deploy), the local
+# model's server (model), the bench's own Redis database and queue (bench), a Request Tracker (rt).
+XDIST_GROUPS = {"tests/deploy/": "machine", "tests/model/": "machine", "tests/bench/": "bench",
+                "tests/helpdesks/": "rt", "tests/killtest/test_killtest_rt.py": "rt"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = str(item.path.relative_to(ROOT)) if item.path.is_relative_to(ROOT) else ""
+        group = next((g for prefix, g in XDIST_GROUPS.items() if path.startswith(prefix)), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def _disarm_crash_points():
     yield

@@ -7,6 +7,16 @@ import os
 
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("RQ_QUEUE", "ticketagent-test")
+# Under pytest-xdist (`make test` runs two processes), each process has a Redis database of its own (the
+# given one, the one below it, ...) and a queue of its own; the worker processes a test starts inherit both.
+# (Each process also has a test database of its own: pytest-django names it after the process.)
+_XDIST = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST.startswith("gw") and _XDIST[2:].isdigit() and "TICKETAGENT_XDIST_SET" not in os.environ:
+    _base, _, _db = os.environ["REDIS_URL"].rpartition("/")
+    if _db.isdigit():
+        os.environ["REDIS_URL"] = f"{_base}/{int(_db) - int(_XDIST[2:])}"
+    os.environ["RQ_QUEUE"] = f"{os.environ['RQ_QUEUE']}-{_XDIST}"
+    os.environ["TICKETAGENT_XDIST_SET"] = "1"
 # A worker calls out only while its lease covers the whole call (the
 # channel's timeouts + LEASE_MARGIN_SECONDS): short timeouts, so a short lease.
 os.environ.setdefault("LEASE_SECONDS", "4")

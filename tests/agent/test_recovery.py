@@ -1,4 +1,4 @@
-"""Recovery with real processes: SIGKILL, FLUSHALL, and the sweep."""
+"""Recovery with real processes: SIGKILL, Redis losing everything, and the sweep."""
 
 
 import pytest
@@ -67,16 +67,18 @@ def test_an_orphaned_work_horse_keeps_its_lease_and_nothing_runs_twice(workers, 
     ledger_matches_sandbox(task, sandbox)
 
 
-def test_flushall_mid_task_loses_nothing_and_runs_nothing_twice(workers, sandbox, redis_conn):
+def test_redis_emptied_mid_task_loses_nothing_and_runs_nothing_twice(workers, sandbox, redis_conn):
+    """Redis restarted empty (its queue, the workers' registry, the counters): FLUSHDB of the database the
+    product uses -- all it has in Redis (a FLUSHALL would also empty the other test processes' databases)."""
     sandbox.set_faults(latency_ms=60)
     task = make_task(20)
     workers.start(1)
     wait_for(lambda: Item.objects.filter(task=task, status=ItemStatus.DONE).count() >= 3, timeout=60,
              message="a few items to finish")
-    redis_conn.flushall()
+    redis_conn.flushdb()
     workers.start_recovery()
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=90,
-             message="the task to complete after FLUSHALL")
+             message="the task to complete after Redis was emptied")
     assert task.items.filter(status=ItemStatus.DONE).count() == 20
     started = dict(Event.objects.filter(task=task, type=EventType.ITEM_DONE).values_list("item_id")
                    .annotate(n=Count("id")).values_list("item_id", "n"))
