@@ -8,7 +8,8 @@
 #                     2 cores, cached under var/model/); then
 #                     MODEL=local make run   runs the agent on it
 #   make test         pytest on TEST_DATABASE_URL, else on a private PostgreSQL
-#                     under var/postgres, started for the run (ops/pgserver.py)
+#                     under var/postgres, started for the run (ops/pgserver.py);
+#                     two pytest processes (TEST_PROCESSES=1: one)
 #   make coverage     branch coverage of the ledger (tests/ledger, tests/agent,
 #                     tests/helpdesks; worker and other child processes
 #                     included); fails when the gate's core is < 98%
@@ -81,7 +82,7 @@ test: $(DEV_STAMP)
 # test failed (the target fails then too). Data and HTML report: var/coverage/.
 coverage: $(DEV_STAMP)
 	rm -rf var/coverage
-	status=0; TICKETAGENT_REDIS_SERVER=$${TICKETAGENT_REDIS_SERVER:-system} \
+	status=0; TICKETAGENT_REDIS_SERVER=$${TICKETAGENT_REDIS_SERVER:-system} TEST_PROCESSES=1 \
 		$(PY) -m coverage run scripts/run_tests.py tests/ledger tests/agent tests/helpdesks $(PYTEST_ARGS) || status=$$?; \
 	$(PY) -m coverage combine -q && $(PY) -m coverage html -q -d var/coverage/html && \
 	$(PY) -m coverage report && echo "the gate's core (ledger/ without channels/):" && \

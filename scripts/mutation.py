@@ -111,7 +111,7 @@ def write_config(kind: str, workers: int = 1) -> Path:
     """Module paths are relative: each worker mutates the copy it runs in."""
     selection = '-x -m "not slow"' if kind == QUICK else "-x"
     command = (f"{sys.executable} scripts/run_tests.py {' '.join(FIRST)} {TESTS} {selection} "
-               "-q -p no:cacheprovider -p no:randomly --reuse-db")
+               "-q -p no:cacheprovider -p no:randomly -p no:xdist --reuse-db")
     modules = ", ".join(f"'{m}'" for m in MODULES)
     if workers == 1:
         distributor = "[cosmic-ray.distributor]\nname = 'local'\n"

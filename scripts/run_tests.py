@@ -20,6 +20,10 @@ REDIS_URL=redis://127.0.0.1:<port>/15, stopped afterwards). See
 scripts/ensure_redis.py for TICKETAGENT_REDIS_SERVER.
 
 .env is deliberately not read: tests only see the environment you give them.
+Two pytest processes by default (pytest-xdist, `--dist loadgroup`: TEST_PROCESSES,
+see `with_processes`); each has a test database and a Redis database of its own
+(tests/settings.py).
+
 The exit status is pytest's.
 """
 
@@ -146,6 +150,28 @@ def main(argv: list[str]) -> int:
                 say(f"test database: still running after the stop: {'; '.join(left)}")
 
 
+def with_processes(argv: list[str], env: dict) -> list[str]:
+    """The pytest arguments with `-n N --dist loadgroup` (pytest-xdist) added: TEST_PROCESSES processes,
+    by default one per CPU up to 2 (the suite waits on workers, leases and servers as much as it computes);
+    not when the arguments already choose (-n, -p no:xdist) or TEST_PROCESSES is 1."""
+    chosen = env.get("TEST_PROCESSES", "").strip()
+    if chosen and not chosen.isdigit():
+        say(f"TEST_PROCESSES={chosen!r} is not a number; running in one process")
+        chosen = "1"
+    n = int(chosen) if chosen else min(2, os.cpu_count() or 1)
+    given = " ".join(argv)
+    if n <= 1 or "no:xdist" in given or any(a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses="))
+                                            for a in argv):
+        return argv
+    try:
+        import xdist  # noqa: F401 - installed with requirements-dev.txt
+    except ImportError:
+        say("pytest-xdist is not installed: running in one process")
+        return argv
+    say(f"pytest processes: {n} (TEST_PROCESSES; 1 runs the suite in one process)")
+    return ["-n", str(n), "--dist", "loadgroup", *argv]
+
+
 def run_with_redis(argv: list[str], env: dict) -> int:
     # pytest-django prefers the environment over the ini file, so only fill
     # DJANGO_SETTINGS_MODULE in when no pytest config names one.
@@ -156,7 +182,7 @@ def run_with_redis(argv: list[str], env: dict) -> int:
     except SystemExit as exc:
         return exc.code
     try:
-        rc = run_pytest(argv, env)
+        rc = run_pytest(with_processes(argv, env), env)
     finally:
         if redis_proc is not None:
             ensure_redis.stop_process(redis_proc)

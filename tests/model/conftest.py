@@ -36,7 +36,8 @@ def local_model(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("llama")
     procs = Processes(log_dir=workdir)
     _child, port = model.start_server(procs, log=workdir / "llama-server.log", max_tokens=TEST_MAX_TOKENS)
-    env = {**model.client_env(port), "OPENAI_MAX_RETRIES": "0", "OPENAI_TIMEOUT": "60"}
+    # a generous timeout: the model shares two cores with the rest of the suite (two pytest processes)
+    env = {**model.client_env(port), "OPENAI_MAX_RETRIES": "0", "OPENAI_TIMEOUT": "180"}
     yield LocalModel(port, env)
     procs.stop(grace=5)
 
@@ -48,5 +49,5 @@ def on_local_model(local_model, settings):
     settings.OPENAI_BASE_URL = local_model.base_url
     settings.OPENAI_MODEL = local_model.env["OPENAI_MODEL"]
     settings.OPENAI_MAX_RETRIES = 0
-    settings.OPENAI_TIMEOUT = 60.0
+    settings.OPENAI_TIMEOUT = 180.0
     return local_model

@@ -5,10 +5,10 @@ to a decision, or failed with a classified reason naming its step -- and nothing
 reaches the helpdesk. The agreement with the file's expected labels is printed
 (pytest -s) and recorded in docs/model-endpoints.md, never asserted.
 
-The suite rehearses the first LOCAL_REHEARSAL_TICKETS tickets of the file (6: a
+The suite rehearses the first LOCAL_REHEARSAL_TICKETS tickets of the file (3: a
 135M model on 2 cores takes 10-20 s a ticket); `LOCAL_REHEARSAL_TICKETS=all`
 rehearses the whole file (72 tickets):
-    LOCAL_REHEARSAL_TICKETS=all make test PYTEST_ARGS="tests/model/test_local_model_rehearsal.py -s"
+    TEST_PROCESSES=1 LOCAL_REHEARSAL_TICKETS=all make test PYTEST_ARGS="tests/model/test_local_model_rehearsal.py -s"
 """
 
 import csv
@@ -27,7 +27,7 @@ from ticketagent.services.upload import task_upload
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
-TICKETS = os.environ.get("LOCAL_REHEARSAL_TICKETS", "6")
+TICKETS = os.environ.get("LOCAL_REHEARSAL_TICKETS", "3")
 
 
 def example_file() -> bytes:
