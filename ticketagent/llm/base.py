@@ -52,6 +52,10 @@ class Usage:
             details = getattr(usage, "prompt_tokens_details", None)
             self.cached_tokens += getattr(details, "cached_tokens", 0) or 0
 
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
     def as_dict(self) -> dict:
         """What a step's event records (nothing when no call was made)."""
         if not self.calls:

@@ -16,6 +16,7 @@ from django.db.models import IntegerField, Sum, TextField, Value
 from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 from django.db.models.functions import MD5, Cast, Coalesce, Concat
 
+from ticketagent.llm.base import Usage
 from ticketagent.models import Event, EventType, Item, Task
 from ticketagent.plan import EFFECT_STEPS
 from ticketagent.playbooks.models import PlaybookVersion, VersionStatus
@@ -29,25 +30,6 @@ USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cached_tokens", 
 
 
 # --------------------------------------------------------------------------- shapes
-
-
-@dataclass(frozen=True)
-class Tokens:
-    """What the model calls of some steps cost (the sum of their STEP_DONE events' `usage`)."""
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    ms: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    @property
-    def seconds(self) -> float:
-        return self.ms / 1000
 
 
 @dataclass(frozen=True)
@@ -104,7 +86,7 @@ class Summary:
     confusion: Confusion | None
     disagreements: list[Disagreement]
     disagreement_count: int
-    tokens: Tokens
+    tokens: Usage
 
     @property
     def average_tokens(self) -> int:
@@ -121,7 +103,7 @@ class TicketRow:
     decide: dict
     expected: dict
     agree: dict  # field -> bool, for each expected label of a decided ticket
-    tokens: Tokens | None
+    tokens: Usage | None
 
     @property
     def held(self) -> list[tuple[str, str]]:
@@ -267,16 +249,22 @@ def _usage_events():
     return Event.objects.filter(type=EventType.STEP_DONE, payload__has_key="usage")
 
 
-def task_tokens(task: Task) -> Tokens:
+def task_tokens(task: Task) -> Usage:
     """The model calls of the whole task (0 when the model recorded none: the offline model)."""
     sums = _usage_events().filter(task=task).aggregate(**_usage_sums())
-    return Tokens(**{name: sums[name] or 0 for name in USAGE_FIELDS})
+    return _usage({name: sums[name] or 0 for name in USAGE_FIELDS})
 
 
-def items_tokens(item_ids) -> dict[int, Tokens]:
+def _usage(sums: dict) -> Usage:
+    """Summed `usage` of STEP_DONE events as one Usage (its milliseconds as seconds)."""
+    return Usage(calls=sums["calls"], prompt_tokens=sums["prompt_tokens"], completion_tokens=sums["completion_tokens"],
+                 cached_tokens=sums["cached_tokens"], seconds=(sums["ms"] or 0) / 1000)
+
+
+def items_tokens(item_ids) -> dict[int, Usage]:
     """Per item, the sum of its model steps' usage: one query for all of them."""
     rows = _usage_events().filter(item_id__in=list(item_ids)).values("item_id").annotate(**_usage_sums())
-    return {row["item_id"]: Tokens(**{name: row[name] for name in USAGE_FIELDS}) for row in rows}
+    return {row["item_id"]: _usage({name: row[name] for name in USAGE_FIELDS}) for row in rows}
 
 
 # --------------------------------------------------------------------------- the per-ticket table
