@@ -60,7 +60,7 @@ def test_a_rehearsal_of_the_example_file_runs_end_to_end_on_the_local_model(loca
     version = playbook_import(data=spec_from_file(EXAMPLES / "playbook-acme.yaml"), publish=True)
     task = task_upload(data=example_file(), filename="rehearsal-acme.csv", playbook_version=version,
                        rehearsal=True, failure_threshold=1000)
-    assert workers.burst(timeout=1800, extra_env=local_model.env) == 0, workers.logs()
+    assert workers.burst(timeout=7200 if TICKETS == "all" else 1800, extra_env=local_model.env) == 0, workers.logs()
     items = list(task.items.select_related("checkpoint").order_by("row"))
     rehearsed = [i for i in items if i.status == ItemStatus.DONE]
     failed = [i for i in items if i.status == ItemStatus.FAILED]

@@ -3,7 +3,8 @@
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import CharField, Exists, F, OuterRef
+from django.db.models.functions import Cast
 
 from ledger.models import Effect, EffectState
 from ticketagent.eventlog.append import event_append, events_append
@@ -126,7 +127,7 @@ def task_dry_run(*, task_id: int) -> DryRun:
         blocked = f"a {task.get_status_display()} task cannot be resumed"
     newer = _newer_version(task)
     return DryRun(task_id=task.pk, items=out, totals=totals, blocked_reason=blocked, newer_version=newer,
-                  movable=len(_movable(task, newer)) if newer else 0)
+                  movable=_movable(task, newer).count() if newer else 0)
 
 
 def _newer_version(task: Task) -> PlaybookVersion | None:
@@ -139,15 +140,12 @@ def _newer_version(task: Task) -> PlaybookVersion | None:
 MOVABLE_STATUSES = (ItemStatus.QUEUED, ItemStatus.FAILED, ItemStatus.WAITING_APPROVAL)
 
 
-def _movable(task: Task, version: PlaybookVersion, *, lock: bool = False) -> list[Item]:
-    """The unfinished items that may move to `version`: not running, not on it already, and with no effect
-    that happened or may have (only failed or skipped ones, which nobody received)."""
-    items = task.items.filter(status__in=MOVABLE_STATUSES).exclude(playbook_version=version)
-    if lock:
-        items = items.select_for_update(no_key=True)
-    acted = set(Effect.objects.filter(owner_task=str(task.pk)).exclude(
-        state__in=(EffectState.FAILED, EffectState.SKIPPED)).values_list("owner_item", flat=True))
-    return [item for item in items.order_by("row") if item.ref not in acted]
+def _movable(task: Task, version: PlaybookVersion):
+    """The unfinished items that may move to `version` (a query): not running, not on it already, and with
+    no effect that happened or may have (only failed or skipped ones, which nobody received)."""
+    acted = Effect.objects.filter(owner_item=Cast(OuterRef("pk"), output_field=CharField())).exclude(
+        state__in=(EffectState.FAILED, EffectState.SKIPPED))
+    return task.items.filter(status__in=MOVABLE_STATUSES).exclude(playbook_version=version).exclude(Exists(acted))
 
 
 def task_move_version(*, task_id: int, version_id: int, actor: str) -> int:
@@ -161,7 +159,7 @@ def task_move_version(*, task_id: int, version_id: int, actor: str) -> int:
             raise ServiceError("move to a published version of the task's own playbook")
         if task.status in (TaskStatus.COMPLETED, TaskStatus.CANCELLED):
             raise ServiceError(f"a {task.get_status_display()} task has nothing to move")
-        items = _movable(task, version, lock=True)
+        items = list(_movable(task, version).select_for_update(no_key=True).order_by("row"))
         if not items:
             raise ServiceError(f"no unfinished item without effects is left to move to {version.label}")
         Checkpoint.objects.filter(item__in=items).delete()
