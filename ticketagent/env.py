@@ -5,7 +5,9 @@ variable, so a typo in a deployment stops start-up instead of silently
 falling back to a default.
 """
 
+import json
 import os
+from decimal import Decimal
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -94,6 +96,41 @@ def envmap(name: str, default: dict[str, str], *, keys: tuple[str, ...]) -> dict
             raise ImproperlyConfigured(f"{name}: {key!r} is not one of: {', '.join(keys)}")
         result[key] = value
     return result
+
+
+PRICE_KEYS = ("input", "cached_input", "output")
+
+
+def envprices(name: str) -> dict[str, dict[str, Decimal]]:
+    """A JSON object of model name -> USD per 1M tokens, e.g. `{"my-model": {"input": 0.5, "cached_input": 0.25,
+    "output": 1.5}}` (`cached_input` may be left out: cached tokens then cost as `input`). Numbers are read as
+    decimals, exactly as written; anything else -- not JSON, a missing or unknown key, a negative or non-numeric
+    price -- raises naming the variable and the model."""
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return {}
+    try:
+        table = json.loads(raw, parse_float=Decimal, parse_int=Decimal)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} is not JSON: {exc}") from None
+    if not isinstance(table, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object of model name -> prices")
+    prices = {}
+    for model, price in table.items():
+        where = f"{name}[{model!r}]"
+        if not model.strip() or not isinstance(price, dict):
+            raise ImproperlyConfigured(f"{where}: give {{\"input\": USD, \"output\": USD}} per 1M tokens")
+        unknown = sorted(set(price) - set(PRICE_KEYS))
+        if unknown:
+            raise ImproperlyConfigured(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(PRICE_KEYS)})")
+        for key in ("input", "output"):
+            if key not in price:
+                raise ImproperlyConfigured(f"{where}: {key!r} is missing (USD per 1M tokens)")
+        for key, value in price.items():
+            if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
+                raise ImproperlyConfigured(f"{where}: {key}={value!r} is not a price (a number, 0 or more)")
+        prices[model.strip().lower()] = {key: price.get(key, price["input"]) for key in PRICE_KEYS}
+    return prices
 
 
 def secret_key_weakness(key: str, *, development_key: str) -> str:

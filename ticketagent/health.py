@@ -1,4 +1,4 @@
-"""The health numbers (resumes, unknown effects, blocked duplicates, counts by state), counted once and shared.
+"""The health numbers (resumes, unknowns, blocked duplicates, counts by state, model usage today), counted once, shared.
 
 The recovery sweep counts them every HEALTH_CACHE_SECONDS and shares them
 through the cache, so no page view waits for whole-table counts.
@@ -12,6 +12,7 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from ledger.models import BlockedDuplicate, Effect, EffectState
+from ticketagent.eventlog.usage import usage_since
 from ticketagent.models import Event, EventType, Item, Task
 
 log = logging.getLogger(__name__)
@@ -81,4 +82,6 @@ def health_numbers_now() -> dict:
         "items_by_state": dict(Item.objects.values_list("status").annotate(n=Count("*"))),
         "effects_by_state": dict(Effect.objects.values_list("state").annotate(n=Count("*"))),
         "tasks_by_state": dict(Task.objects.values_list("status").annotate(n=Count("*"))),
+        # the model calls of today, in TIME_ZONE: tokens and cost (eventlog.usage)
+        "usage_today": usage_since(timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)),
     }

@@ -73,12 +73,26 @@ class Task(models.Model):
     playbook_version = models.ForeignKey(PlaybookVersion, on_delete=models.PROTECT, related_name="tasks")
     # a rehearsal runs the model steps and the rules for real and no effect step at all
     rehearsal = models.BooleanField(default=False)
+    # A budget for the task's model calls, in USD or in tokens (one, or none). What its calls cost is counted
+    # here only for a task with a budget, in the phase of each model step (services/budget.py): a task
+    # without one is summed from its events' usage instead (eventlog/usage.py), and its row stays unlocked.
+    budget_usd = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    budget_tokens = models.BigIntegerField(null=True, blank=True)
+    spent_usd = models.DecimalField(max_digits=20, decimal_places=9, default=0)
+    spent_tokens = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["-id"]
         indexes = [models.Index(fields=["status", "-id"], name="task_status_idx")]
         constraints = [
             models.CheckConstraint(condition=Q(failure_threshold__gte=1), name="task_failure_threshold_positive"),
+            # a budget is money or tokens, above zero
+            models.CheckConstraint(condition=Q(budget_usd__isnull=True) | Q(budget_tokens__isnull=True),
+                                   name="task_one_budget"),
+            models.CheckConstraint(condition=Q(budget_usd__isnull=True) | Q(budget_usd__gt=0),
+                                   name="task_budget_usd_positive"),
+            models.CheckConstraint(condition=Q(budget_tokens__isnull=True) | Q(budget_tokens__gt=0),
+                                   name="task_budget_tokens_positive"),
         ]
 
     def __str__(self):
@@ -87,6 +101,10 @@ class Task(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in FINAL_TASK_STATUSES
+
+    @property
+    def has_budget(self) -> bool:
+        return self.budget_usd is not None or self.budget_tokens is not None
 
 
 class Item(models.Model):
@@ -249,6 +267,10 @@ AUDIT_EVENTS = (Q(type__in=(EventType.REVIEWED, EventType.EFFECT_RECONCILED, Eve
                 | Q(type=EventType.ITEM_REQUEUED, payload__why__startswith="retried by an operator"))
 
 
+# The events that carry a model step's usage (tokens, cost): the condition of two partial indexes.
+USAGE_EVENTS = Q(type=EventType.STEP_DONE, payload__has_key="usage")
+
+
 class Event(models.Model):
     """One append-only record of something that happened, written in the
     transaction of the state change it records."""
@@ -270,6 +292,9 @@ class Event(models.Model):
             # since an effect's verdicts live in the ledger's transitions only, these rows are rare: without
             # it the audit trail read the whole log backwards looking for 30 of them
             models.Index(fields=["-id"], condition=AUDIT_EVENTS, name="event_audit_idx"),
+            # the model steps' usage (eventlog/usage.py): a task's, and a day's, without reading its other events
+            models.Index(fields=["task"], condition=USAGE_EVENTS, name="event_usage_task_idx"),
+            models.Index(fields=["timestamp"], condition=USAGE_EVENTS, name="event_usage_time_idx"),
         ]
 
     def save(self, *args, **kwargs):

@@ -21,6 +21,7 @@ from ticketagent.env import (
     envint_or_none,
     envlist,
     envmap,
+    envprices,
     envstr,
     secret_key_weakness,
 )
@@ -287,6 +288,17 @@ OPENAI_TIMEOUT = envfloat("OPENAI_TIMEOUT", 60.0, minimum=0.1)
 OPENAI_CONNECT_TIMEOUT = envfloat("OPENAI_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 OPENAI_MAX_RETRIES = envint("OPENAI_MAX_RETRIES", 2, minimum=0)
 AGENT_MAX_STEPS = envint("AGENT_MAX_STEPS", 6, minimum=1)
+# USD per 1M tokens by model name, over the list prices in ticketagent/llm/prices.py (JSON; `.env.example`).
+MODEL_PRICES = envprices("MODEL_PRICES")
+# The model API's governor (ticketagent/llm/governor.py), shared by every worker through Redis: requests and
+# tokens per minute (empty: as the API's x-ratelimit-* headers say), calls in flight (empty: no cap); how long
+# a call waits for its turn (a rate limit, an outage) before its item is handed back to the queue; the longest
+# pause between two probes of an endpoint that is down.
+OPENAI_RPM = envint_or_none("OPENAI_RPM", None, minimum=1)
+OPENAI_TPM = envint_or_none("OPENAI_TPM", None, minimum=1)
+OPENAI_MAX_CONCURRENCY = envint_or_none("OPENAI_MAX_CONCURRENCY", None, minimum=1)
+MODEL_WAIT_SECONDS = envfloat("MODEL_WAIT_SECONDS", 120.0, minimum=1.0)
+MODEL_PROBE_MAX_SECONDS = envfloat("MODEL_PROBE_MAX_SECONDS", 8.0, minimum=0.5)
 
 # Consecutive failed items that suspend a task (each task may override it).
 SUSPEND_AFTER_FAILURES = envint("SUSPEND_AFTER_FAILURES", 3, minimum=1)

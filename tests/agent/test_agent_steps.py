@@ -54,23 +54,17 @@ def test_an_item_runs_to_done_with_the_real_sdk_and_records_its_tool_calls(opena
     assert set(effects.values_list("owner_step", flat=True)) == {"save_draft", "notify_customer", "set_status"}
 
 
-# --------------------------------------------------------------------------- failures end the item
+# --------------------------------------------------------------------------- failures end the item (waits do not)
 
 
 FAILURES = [
     # id, script, default mode, failing step, kind, words in the reason, model calls
     pytest.param([], "invalid", "triage", "schema", "did not match the schema", lambda s: 2, id="schema"),
-    pytest.param([], "429", "triage", "rate_limit", "rate limited", lambda s: s.OPENAI_MAX_RETRIES + 1,
-                 id="rate_limit"),
-    pytest.param(["valid"], "slow", "draft", "timeout", "did not answer in time",
-                 lambda s: 1 + s.OPENAI_MAX_RETRIES + 1, id="timeout"),
     pytest.param(["valid"], "loop", "draft", "step_limit", "step limit", lambda s: 1 + s.AGENT_MAX_STEPS,
                  id="step_limit"),
-    pytest.param(["valid", "valid"], "500", "decide", "server", "HTTP 500",
-                 lambda s: 2 + s.OPENAI_MAX_RETRIES + 1, id="server"),
+    pytest.param(["valid", "valid"], "400", "decide", "bad_request", "HTTP 400", lambda s: 3, id="bad_request"),
+    pytest.param([], "401", "triage", "auth", "refused the credentials", lambda s: 1, id="auth"),
 ]
-
-
 @pytest.mark.parametrize("script,mode,step,kind,words,calls", FAILURES)
 def test_a_model_failure_fails_the_item_with_kind_and_step(openai_server, sandbox, queue, settings,
                                                            script, mode, step, kind, words, calls):
@@ -96,31 +90,62 @@ def test_a_model_failure_fails_the_item_with_kind_and_step(openai_server, sandbo
     assert item.task.consecutive_failures == 1
 
 
+WAITS = [
+    # script, default mode, the step it waits at: a rate limit or an outage is nobody's fault but the API's
+    pytest.param([], "429", "triage", id="rate_limit"),
+    pytest.param(["valid"], "slow", "draft", id="timeout"),
+    pytest.param(["valid", "valid"], "500", "decide", id="server"),
+    pytest.param(["valid"], "drop", "draft", id="connection"),
+]
+
+
+@pytest.mark.parametrize("script,mode,step", WAITS)
+def test_a_rate_limit_or_an_outage_hands_the_item_back_and_it_goes_on_later(openai_server, sandbox, queue,
+                                                                             settings, script, mode, step):
+    settings.MODEL_WAIT_SECONDS = 1.5
+    openai_server.script(script)
+    openai_server.mode = mode
+    item = one_item()
+    assert run(item).startswith(f"handed back at {step}: waiting for the model API")
+    item.refresh_from_db()
+    assert (item.status, item.attempt, item.failure_kind) == (ItemStatus.QUEUED, 2, "")
+    assert not Event.objects.filter(item=item, type=EventType.ITEM_FAILED).exists()
+    item.task.refresh_from_db()
+    assert item.task.consecutive_failures == 0 and item.task.status == TaskStatus.RUNNING, "nothing suspends"
+    model_steps = ["triage", "draft", "decide"]
+    assert set(Checkpoint.objects.get(item=item).step_outputs) == set(model_steps[:model_steps.index(step)])
+    # the API answers again: the item goes on from where it was, by itself
+    settings.MODEL_WAIT_SECONDS = 30
+    openai_server.mode = "valid"
+    assert run(item) == "done"
+    assert sandbox.counts()["by_endpoint"]["notify"] == 1
+
+
 def test_consecutive_model_failures_suspend_the_task_with_the_reason(openai_server, sandbox, queue):
-    openai_server.mode = "429"
+    openai_server.mode = "400"
     task = make_task(3, failure_threshold=2)
     first, second, third = task.items.order_by("row")
     run(first)
     run(second)
     task.refresh_from_db()
     assert task.status == TaskStatus.SUSPENDED
-    assert task.status_reason == "2 consecutive failures: model rate limit"
+    assert task.status_reason == "2 consecutive failures: model rejected the request"
     assert run(third) == "no work: task is suspended"
-    assert openai_server.calls == 4
+    assert openai_server.calls == 2
 
 
 def test_a_success_ends_the_run_of_failures_and_the_suspension_names_the_last_item_done(openai_server, sandbox,
                                                                                          queue):
     task = make_task(5, failure_threshold=2)
     items = list(task.items.order_by("row"))
-    openai_server.mode = "429"
+    openai_server.mode = "400"
     assert run(items[0]).startswith("failed")
     openai_server.mode = "valid"
     assert run(items[1]) == "done"
     task.refresh_from_db()
     assert task.consecutive_failures == 0 and task.last_success_item_id is None, "nothing is suspended yet"
     assert run(items[2]) == "done"
-    openai_server.mode = "429"
+    openai_server.mode = "400"
     run(items[3])
     run(items[4])
     task.refresh_from_db()
@@ -135,9 +160,9 @@ def test_a_success_ends_the_run_of_failures_and_the_suspension_names_the_last_it
 
 def test_a_failed_decide_resumes_without_asking_for_triage_or_draft_again(openai_server, sandbox, queue):
     openai_server.script(["valid", "valid"])
-    openai_server.mode = "500"
+    openai_server.mode = "400"
     item = one_item()
-    assert run(item) == "failed at decide: server"
+    assert run(item) == "failed at decide: bad_request"
     openai_server.mode = "valid"
     plan = task_resume(task_id=item.task_id, actor="test")
     assert plan.totals["recompute"] == 1
@@ -149,7 +174,7 @@ def test_a_failed_decide_resumes_without_asking_for_triage_or_draft_again(openai
     assert item.status == ItemStatus.DONE
     assert openai_server.calls_for("Triage") == 1
     assert openai_server.calls_for("Reply") == 1
-    assert openai_server.calls_for("Decision", "500") == 2 and openai_server.calls_for("Decision", "valid") == 1
+    assert openai_server.calls_for("Decision", "400") == 1 and openai_server.calls_for("Decision", "valid") == 1
     assert sandbox.counts()["by_endpoint"]["notify"] == 1
 
 

@@ -21,8 +21,9 @@ EVIL_REPLY = {"subject": "Re: your refund <img src=x onerror=\"alert('model')\">
 
 
 def test_a_suspended_task_is_resumed_through_the_dry_run(page, live_server, workers, sandbox, openai_server, alice):
-    openai_server.configure(mode="503")
-    workers.start(1, extra_env={**openai_server.worker_env, "OPENAI_MAX_RETRIES": "0"})
+    # a model API that rejects every request needs a person (an outage or a rate limit only waits)
+    openai_server.configure(mode="400")
+    workers.start(1, extra_env=openai_server.worker_env)
     workers.start_recovery()
     login(page, "alice", "alice-pass-123")
     task = task_upload(data=csv_batch(5), filename="model-down.csv", user=alice, failure_threshold=3)
@@ -31,10 +32,10 @@ def test_a_suspended_task_is_resumed_through_the_dry_run(page, live_server, work
 
     # three failed items in a row suspend the task; the page learns it by polling
     expect(page.locator("#task-status")).to_have_text("suspended", timeout=30_000)
-    expect(page.locator("#status-reason")).to_contain_text("3 consecutive failures: model server error")
+    expect(page.locator("#status-reason")).to_contain_text("3 consecutive failures: model rejected the request")
     resume = page.locator("#controls #resume")
     expect(resume).to_be_visible()  # the actions came along with the status change
-    assert openai_server.by_behaviour["503"] >= 3
+    assert openai_server.by_behaviour["400"] >= 3
 
     # the model server recovers
     openai_server.configure(mode="valid", answers={"Reply": EVIL_REPLY})

@@ -28,6 +28,7 @@ def openai_server(openai_server_session, settings, monkeypatch):
     """
     server = openai_server_session
     server.reset()
+    forget_the_governor()
     # never send the model traffic through a proxy from the environment
     monkeypatch.setenv("NO_PROXY", ",".join(filter(None, ["127.0.0.1", "localhost", os.environ.get("NO_PROXY", "")])))
     settings.OPENAI_API_KEY = server.api_key
@@ -42,3 +43,15 @@ def openai_server(openai_server_session, settings, monkeypatch):
     }
     yield server
     server.reset()
+    forget_the_governor()
+
+
+def forget_the_governor() -> None:
+    """The model API's governor keeps back-offs and outages in Redis, shared by every process: each test
+    starts with none (the keys of this test run's Redis database only)."""
+    import redis
+    from django.conf import settings
+
+    conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2)
+    for key in conn.scan_iter("ticketagent:governor:*"):
+        conn.delete(key)

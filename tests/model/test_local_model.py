@@ -115,13 +115,14 @@ def report(outcome: dict, seconds: float) -> None:
 
 def test_a_batch_suspended_by_model_failures_resumes_and_runs_on_the_real_model(local_model, workers, sandbox):
     task = upload(failure_threshold=2)
-    # A model endpoint that does not answer: two connection failures in a row suspend the task.
-    gone = {**local_model.env, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_CONNECT_TIMEOUT": "1"}
+    # A model endpoint that answers every request with "not found" (a wrong OPENAI_BASE_URL) needs a person:
+    # two such failures in a row suspend the task (one that does not answer at all only waits).
+    gone = {**local_model.env, "OPENAI_BASE_URL": local_model.env["OPENAI_BASE_URL"].rstrip("/") + "/nowhere"}
     assert workers.burst(extra_env=gone) == 0, workers.logs()
     task.refresh_from_db()
     assert task.status == TaskStatus.SUSPENDED, workers.logs()
-    assert task.status_reason == "2 consecutive failures: model connection error"
-    assert sorted(task.items.values_list("failure_kind", flat=True)) == ["", "", "", "connection", "connection"]
+    assert task.status_reason == "2 consecutive failures: model rejected the request"
+    assert sorted(task.items.values_list("failure_kind", flat=True)) == ["", "", "", "bad_request", "bad_request"]
     assert not sandbox.deliveries()
 
     plan = task_dry_run(task_id=task.pk)

@@ -3,6 +3,7 @@
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from urllib.parse import urlsplit
 
 from ticketagent.llm.schemas import Reply
@@ -18,6 +19,7 @@ class ModelError(Exception):
         "auth": "model authentication failed",
         "schema": "model output did not match the schema",
         "step_limit": "step limit",
+        "unavailable": "waiting for the model API",  # a rate limit or an outage: the item is handed back
     }
 
     def __init__(self, kind: str, message: str):
@@ -40,6 +42,8 @@ class Usage:
     cached_tokens: int = 0
     seconds: float = 0.0
     model: str = ""
+    # what the calls cost in USD by the price table when they were recorded (None: unknown, no price for the model)
+    cost_usd: Decimal | None = None
 
     def add(self, usage, seconds: float, model: str = "") -> None:
         """One call's `usage` (the SDK's object, or None when the API sent none) and its latency."""
@@ -97,9 +101,13 @@ def one_line_subject(reply: Reply) -> Reply:
 def endpoint_label(base_url: str | None, model: str) -> str:
     """How the UI names a model behind the OpenAI API: "local model: <name>" for a server on this machine
     (a loopback OPENAI_BASE_URL, e.g. `MODEL=local make run`'s llama-server), else "OpenAI model <name>"."""
+    return f"local model: {model}" if endpoint_is_local(base_url) else f"OpenAI model {model}"
+
+
+def endpoint_is_local(base_url: str | None) -> bool:
+    """A model server on this machine: OPENAI_BASE_URL's host is a loopback address or localhost."""
     host = (urlsplit(base_url or "").hostname or "").lower()
     try:
-        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
-        local = False
-    return f"local model: {model}" if local else f"OpenAI model {model}"
+        return False

@@ -8,6 +8,7 @@ from django.conf import settings
 from pydantic import ValidationError
 
 from ticketagent.llm.base import ModelError, Tools, Usage, endpoint_label, one_line_subject
+from ticketagent.llm.governor import Waited, governor_for
 from ticketagent.llm.prompts import decide_prompt, draft_prompt, triage_prompt
 from ticketagent.llm.schemas import Decision, Reply, triage_schema
 from ticketagent.playbooks.spec import PlaybookSpec
@@ -48,6 +49,17 @@ def response_format(schema) -> dict:
     return fmt
 
 
+def _retry_after(response) -> float | None:
+    """A 429's `retry-after` (seconds) or `retry-after-ms`, if it says one."""
+    headers = getattr(response, "headers", {}) or {}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return float(headers.get(name)) * scale
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
 def _validation_summary(exc: ValidationError) -> str:
     """A short, operator-readable account of a schema mismatch (no pydantic URLs)."""
     parts = []
@@ -67,12 +79,60 @@ class OpenAIModel:
         self.label = endpoint_label(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
         self.model = settings.OPENAI_MODEL
         self.max_steps = settings.AGENT_MAX_STEPS
+        self.max_retries = settings.OPENAI_MAX_RETRIES
+        # The SDK retries nothing itself: rate limits and outages are the governor's, shared by every worker.
         self.client = openai.OpenAI(
             api_key=settings.OPENAI_API_KEY,
             base_url=settings.OPENAI_BASE_URL,
             timeout=httpx2.Timeout(settings.OPENAI_TIMEOUT, connect=settings.OPENAI_CONNECT_TIMEOUT),
-            max_retries=settings.OPENAI_MAX_RETRIES,
+            max_retries=0,
         )
+        self.governor = governor_for(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
+
+    def _create(self, usage: Usage | None, **request):
+        """One completion, through the governor (ticketagent/llm/governor.py). A 429 makes everyone wait;
+        no answer or a 5xx is retried OPENAI_MAX_RETRIES times, then the endpoint is down for everyone until
+        a probe gets an answer. Past MODEL_WAIT_SECONDS of waiting: ModelError "unavailable" (the item is
+        handed back, not failed). A 4xx other than 429 is raised as the SDK's error."""
+        o, failures = self._openai, 0
+        give_up = time.monotonic() + settings.MODEL_WAIT_SECONDS
+        try:
+            while True:
+                with self.governor.turn(give_up=give_up) as turn:
+                    started = time.monotonic()
+                    try:
+                        raw = self.client.chat.completions.with_raw_response.create(**request)
+                    except o.RateLimitError as exc:
+                        turn.rate_limited(_retry_after(exc.response))
+                        continue
+                    except o.APIStatusError as exc:
+                        if exc.status_code < 500 and exc.status_code not in (408, 409):
+                            turn.answered(exc.response.headers)
+                            raise
+                        failures = self._failed(turn, failures, f"HTTP {exc.status_code}")
+                        continue
+                    except o.APIConnectionError as exc:  # timeouts too
+                        failures = self._failed(turn, failures, type(exc).__name__)
+                        continue
+                    completion = raw.parse()
+                    tokens = getattr(getattr(completion, "usage", None), "total_tokens", 0) or 0
+                    turn.answered(raw.headers, tokens)
+                    if usage is not None:
+                        usage.add(getattr(completion, "usage", None), time.monotonic() - started,
+                                  getattr(completion, "model", "") or self.model)
+                    return completion
+        except Waited as exc:
+            raise ModelError("unavailable", exc.why) from None
+
+    def _failed(self, turn, failures: int, what: str) -> int:
+        """No answer, or a 5xx: a quick retry (after 0.5, 1, 2 ... s) up to OPENAI_MAX_RETRIES, then an outage."""
+        failures += 1
+        if failures > self.max_retries or turn.probing:
+            log.warning("model API %s did not answer (%s): waiting for it", self.governor.endpoint, what)
+            turn.unreachable()
+        else:
+            time.sleep(min(0.5 * 2 ** (failures - 1), 4.0))
+        return failures
 
     def _classify(self, exc: Exception) -> ModelError:
         o = self._openai
@@ -103,9 +163,9 @@ class OpenAIModel:
         The request carries the schema's strict `response_format` as it is
         (`response_format()`, built once), and the answer is validated
         against the schema here: what the SDK's `parse()` does, without
-        rebuilding the schema on every call. The SDK itself retries
-        408/409/429/5xx, timeouts and dropped connections (OPENAI_MAX_RETRIES, honouring `retry-after`); this loop
-        adds one retry for an answer that does not match the schema, and runs
+        rebuilding the schema on every call. Rate limits, timeouts, dropped
+        connections and 5xx are `_create()`'s (the governor's waits and quick
+        retries); this loop adds one retry for an answer that does not match the schema, and runs
         the read-only tools the model asks for. A model still asking for tools
         on its AGENT_MAX_STEPS-th turn stops the step with kind "step_limit".
         """
@@ -115,13 +175,8 @@ class OpenAIModel:
         while True:
             turns += 1
             try:
-                started = time.monotonic()
-                completion = self.client.chat.completions.create(
-                    model=self.model, messages=messages, extra_body={"response_format": response_format(schema)},
-                    **kwargs)
-                if usage is not None:
-                    usage.add(getattr(completion, "usage", None), time.monotonic() - started,
-                              getattr(completion, "model", "") or self.model)
+                completion = self._create(usage, model=self.model, messages=messages,
+                                          extra_body={"response_format": response_format(schema)}, **kwargs)
                 if not completion.choices:
                     raise ValueError("the model API returned no choices")
                 choice = completion.choices[0]

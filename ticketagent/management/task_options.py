@@ -1,4 +1,4 @@
-"""The options every command that creates a task shares: name, notify channel, automatic close, threshold, creator."""
+"""The options every command that creates a task shares: name, channel, automatic close, threshold, budget, creator."""
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
@@ -6,6 +6,7 @@ from django.core.management.base import CommandError
 from ticketagent.models import NotifyChannel
 from ticketagent.playbooks.services import version_named
 from ticketagent.services import ServiceError
+from ticketagent.services.budget import budget_parse
 
 
 def add_task_options(parser, *, name_default: str) -> None:
@@ -16,6 +17,9 @@ def add_task_options(parser, *, name_default: str) -> None:
                         help="how customers are notified (default: helpdesk)")
     parser.add_argument("--failure-threshold", type=int, default=None,
                         help="consecutive failed items that suspend the task (default: SUSPEND_AFTER_FAILURES)")
+    parser.add_argument("--budget", default="", metavar="AMOUNT",
+                        help="a budget for the model calls, in USD (5, $5.00) or tokens (200000tokens, '200k tokens'); "
+                             "reaching it suspends the task")
     parser.add_argument("--user", default=None, help="username recorded as the task's creator")
     parser.add_argument("--playbook", default="", metavar="NAME[:VERSION]",
                         help="the playbook (and published version) the task runs on (default: the first "
@@ -34,12 +38,11 @@ def task_options(options: dict) -> dict:
         user = get_user_model().objects.filter(username=options["user"]).first()
         if user is None:
             raise CommandError(f"user {options['user']!r} does not exist")
-    version = None
-    if options["playbook"]:
-        try:
-            version = version_named(options["playbook"])
-        except ServiceError as exc:
-            raise CommandError(str(exc)) from None
+    try:
+        version = version_named(options["playbook"]) if options["playbook"] else None
+        budget = budget_parse(options["budget"])
+    except ServiceError as exc:
+        raise CommandError(str(exc).replace("budget:", "--budget:", 1)) from None
     return {"name": options["name"], "allow_auto_close": options["allow_auto_close"],
             "notify_channel": options["notify_channel"], "failure_threshold": threshold, "user": user,
-            "playbook_version": version, "rehearsal": options["rehearsal"]}
+            "playbook_version": version, "rehearsal": options["rehearsal"], "budget": budget}

@@ -23,6 +23,7 @@ from ticketagent.eventlog.append import blobs_put, event_append, events_append
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.pipeline.budget import budget_enforce_locked, task_spend_locked
 from ticketagent.pipeline.lease import (
     ItemRun,
     LeaseLost,
@@ -35,7 +36,7 @@ from ticketagent.pipeline.lease import (
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
 from ticketagent.playbooks.spec import SUPPORTED_FORMATS
 from ticketagent.services.items import items_requeue
-from ticketagent.services.tasks import task_maybe_finish
+from ticketagent.services.tasks import task_maybe_finish, task_suspend_locked
 from ticketagent.signals import item_started
 
 log = logging.getLogger(__name__)
@@ -143,15 +144,7 @@ def item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> None
     task.save(update_fields=["consecutive_failures", "updated_at"])
     if task.consecutive_failures >= task.failure_threshold and task.status in ACTIVE_TASK_STATUSES:
         label = ModelError.KINDS.get(kind, kind.replace("_", " "))
-        task.status = TaskStatus.SUSPENDED
-        task.status_reason = f"{task.consecutive_failures} consecutive failures: {label}"
-        # shown beside the suspension: derived now, not written by every item that succeeds
-        task.last_success_item_id = (Item.objects.filter(task=task, status=ItemStatus.DONE)
-                                     .order_by("-finished_at", "-pk").values_list("pk", flat=True).first())
-        task.save()
-        event_append(task_id=task.pk, type=EventType.SUSPENDED, payload={
-            "reason": task.status_reason, "last_success_item": task.last_success_item_id,
-        })
+        task_suspend_locked(task, reason=f"{task.consecutive_failures} consecutive failures: {label}")
     else:
         task_maybe_finish(task)
 
@@ -305,8 +298,24 @@ def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(
     With `chain`, the next effect's intent is recorded in the same
     transaction (`run.chained`): it commits with this recovery point or not
     at all. If the task stopped (paused, suspended, cancelled), the item is
-    handed back instead (`run.stopped`)."""
-    with phase(run):
+    handed back instead (`run.stopped`). A task with a budget counts what
+    the step's calls cost on its row, locked first (`task_spend_locked`);
+    reaching the budget suspends it, and the item is handed back."""
+    spends = bool(usage) and run.item.task.has_budget
+    with phase(run, task=spends):
         record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step, usage=usage)
+        if spends:
+            task_spend_locked(run.locked[0], usage)
+            run.task_status = run.locked[0].status
         if not stop_if_task_stopped(run) and chain is not None:
             run.chained = (chain, intent_record(chain))
+
+
+def phase_budget_stop(run: ItemRun) -> bool:
+    """Before a model call that the budget check refused (`budget.budget_allows`): with the task locked, a task
+    that reached its budget is suspended, and the item is handed back if its task no longer runs. True when
+    the item stopped (False: the task was resumed with a new budget meanwhile, the call may go ahead)."""
+    with phase(run, task=True):
+        budget_enforce_locked(run.locked[0])
+        run.task_status = run.locked[0].status
+        return stop_if_task_stopped(run)

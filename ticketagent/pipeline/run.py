@@ -12,9 +12,18 @@ import uuid
 
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.clients import get_model_client
+from ticketagent.llm.prices import usage_priced
+from ticketagent.pipeline.budget import budget_allows
 from ticketagent.pipeline.lease import Heartbeat, ItemRun, Lease, LeaseLost
 from ticketagent.pipeline.model_steps import run_model_step
-from ticketagent.pipeline.phases import lease_acquire, phase_done, phase_fail, phase_step_done
+from ticketagent.pipeline.phases import (
+    item_hand_back,
+    lease_acquire,
+    phase_budget_stop,
+    phase_done,
+    phase_fail,
+    phase_step_done,
+)
 from ticketagent.pipeline.steps import RECORDED, WAIT, chain_intent, run_effect_step, steps_ahead
 from ticketagent.plan import NOT_CHOSEN, chosen_actions, steps_of
 from ticketagent.playbooks.services import published_spec
@@ -65,17 +74,23 @@ def _run_steps(run: ItemRun, model) -> str:
             if output is not RECORDED and output is not WAIT:
                 phase_step_done(run, step.name, output)
         else:
+            # a task with a budget: checked before each model call (one read); reached, the item stops here
+            if task.has_budget and not budget_allows(task.pk) and phase_budget_stop(run):
+                return f"stopped before {step.name}: task {run.task_status}"
             try:
                 output, calls, usage = run_model_step(model, step.name, run.item, run.outputs, spec=run.playbook,
                                                       version_id=run.playbook_version_id)
             except ModelError as exc:
+                if exc.kind == "unavailable":  # a rate limit or an outage is nobody's fault: back to the queue
+                    item_hand_back(run, why=f"{step.name}: {exc.message}")
+                    return f"handed back at {step.name}: {exc.message}"
                 phase_fail(run, kind=exc.kind, message=f"{step.name}: {exc.message}")
                 return f"failed at {step.name}: {exc.kind}"
             # after the decision: the unchosen steps up to the next that runs,
             # and that one's intent, commit with this step (chained intents)
             outputs = {**run.outputs, step.name: output}
             skipped, after = steps_ahead(cursor + 1, outputs, steps) if "decide" in outputs else ([], cursor + 1)
-            phase_step_done(run, step.name, output, calls, skipped=skipped, usage=usage.as_dict(),
+            phase_step_done(run, step.name, output, calls, skipped=skipped, usage=usage_priced(usage),
                             chain=chain_intent(run, task, after, outputs))
         if run.stopped:
             return "done" if run.ended == "done" else f"{run.ended} at {step.name}"

@@ -4,6 +4,7 @@ from django.conf import settings
 
 from ticketagent.models import Task
 from ticketagent.services import ServiceError
+from ticketagent.services.budget import Budget
 from ticketagent.services.readiness import helpdesk_ready
 from ticketagent.services.tasks import task_create
 from ticketagent.services.upload import UploadRejected
@@ -29,7 +30,8 @@ def query_rows(query: str, *, limit: int):
 
 def task_import(*, query: str, user=None, name: str = "", allow_auto_close: bool = False,
                 notify_channel: str = "helpdesk", failure_threshold: int | None = None,
-                limit: int | None = None, playbook_version=None, rehearsal: bool = False) -> Task:
+                limit: int | None = None, playbook_version=None, rehearsal: bool = False,
+                budget: Budget | None = None) -> Task:
     """A task from a helpdesk query: each item keeps the helpdesk's ticket id, so the agent acts on that ticket."""
     rows = query_rows(query, limit=limit or settings.UPLOAD_MAX_ROWS)
     if not rehearsal:
@@ -38,4 +40,4 @@ def task_import(*, query: str, user=None, name: str = "", allow_auto_close: bool
     return task_create(rows=rows, name=name or f"{label}: {query}"[:200], user=user,
                        filename=f"{label} query: {query}"[:255], allow_auto_close=allow_auto_close,
                        notify_channel=notify_channel, failure_threshold=failure_threshold,
-                       playbook_version=playbook_version, rehearsal=rehearsal)
+                       playbook_version=playbook_version, rehearsal=rehearsal, budget=budget)

@@ -1,6 +1,7 @@
 """Resume: the dry-run of what resuming would do, the resume itself, and a new task from unfinished items."""
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from django.db import transaction
 from django.db.models import CharField, Exists, F, OuterRef
@@ -8,12 +9,15 @@ from django.db.models.functions import Cast
 
 from ledger.models import Effect, EffectState
 from ticketagent.eventlog.append import event_append, events_append
+from ticketagent.eventlog.usage import finished_items_usage
+from ticketagent.llm.prices import NANO
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import MODEL_STEPS, STEPS, SUPPORTED_PLAN_VERSIONS
 from ticketagent.playbooks.models import PlaybookVersion
 from ticketagent.playbooks.services import version_latest_published
 from ticketagent.services import ServiceError
+from ticketagent.services.budget import Budget, budget_reached, budget_renew_locked
 from ticketagent.services.items import items_requeue
 from ticketagent.services.tasks import task_create, task_locked, task_maybe_finish
 from ticketagent.upload.rows import TicketRow
@@ -38,6 +42,25 @@ class DryRun:
     # a newer published version of the task's playbook, and how many unfinished items could move to it
     newer_version: PlaybookVersion | None = None
     movable: int = 0
+    # the mean cost of an item done so far (None: no item is done with a known cost), and of how many items
+    mean_item_cost: Decimal | None = None
+    finished: int = 0
+    budget_reached: bool = False  # the task reached its budget: resuming needs a new one
+
+    @property
+    def model_items(self) -> int:
+        """Items resuming sends back to their model steps."""
+        return self.totals["recompute"]
+
+    @property
+    def projected_cost(self) -> Decimal | None:
+        """What is left may cost: the mean cost of an item done so far x the items that still call the model
+        (None: nothing can be said yet)."""
+        if not self.model_items:
+            return Decimal(0)
+        if self.mean_item_cost is None:
+            return None
+        return (self.mean_item_cost * self.model_items).quantize(NANO)
 
     @property
     def will_enqueue(self) -> int:
@@ -126,8 +149,11 @@ def task_dry_run(*, task_id: int) -> DryRun:
     elif task.status in (TaskStatus.CANCELLED, TaskStatus.NEEDS_MIGRATION):
         blocked = f"a {task.get_status_display()} task cannot be resumed"
     newer = _newer_version(task)
+    spent, finished = finished_items_usage(task.pk)
+    mean = (spent.cost_usd / finished).quantize(NANO) if finished and spent.cost_usd is not None else None
     return DryRun(task_id=task.pk, items=out, totals=totals, blocked_reason=blocked, newer_version=newer,
-                  movable=_movable(task, newer).count() if newer else 0)
+                  movable=_movable(task, newer).count() if newer else 0, mean_item_cost=mean, finished=finished,
+                  budget_reached=budget_reached(task))
 
 
 def _newer_version(task: Task) -> PlaybookVersion | None:
@@ -174,8 +200,9 @@ def task_move_version(*, task_id: int, version_id: int, actor: str) -> int:
     return len(items)
 
 
-def task_resume(*, task_id: int, actor: str) -> DryRun:
-    """Re-enqueue what can continue; record RESUMED with who and when."""
+def task_resume(*, task_id: int, actor: str, budget: Budget | None = None) -> DryRun:
+    """Re-enqueue what can continue; record RESUMED with who and when. A task that reached its budget needs a
+    new `budget`, above what it spent (`budget_renew_locked`)."""
     plan = task_dry_run(task_id=task_id)
     with transaction.atomic():
         task = task_locked(task_id)
@@ -192,7 +219,8 @@ def task_resume(*, task_id: int, actor: str) -> DryRun:
             migrate = True
         else:
             migrate = False
-            _resume_locked(task, plan, actor)
+            budget_renew_locked(task, budget)
+            _resume_locked(task, plan, actor, budget)
     if migrate:
         raise ServiceError(plan.blocked_reason)
     return plan
@@ -202,7 +230,7 @@ NOTHING_TO_RESUME = ("nothing to resume: no item can be sent back to the queue; 
                      "(approvals, unknown effects) is acted on on the Review page")
 
 
-def _resume_locked(task: Task, plan: DryRun, actor: str) -> None:
+def _resume_locked(task: Task, plan: DryRun, actor: str, budget: Budget | None = None) -> None:
     items = list(Item.objects.select_for_update(no_key=True).filter(task=task, status__in=RESUMABLE_ITEM_STATUSES))
     if not items and not task.items.filter(status=ItemStatus.RUNNING).exists():
         raise ServiceError(NOTHING_TO_RESUME)  # not counted: a resume of nothing is no resume
@@ -215,7 +243,7 @@ def _resume_locked(task: Task, plan: DryRun, actor: str) -> None:
     task.save()
     event_append(task_id=task.pk, type=EventType.RESUMED, actor=actor, payload={
         "resume_count": task.resume_count, "enqueued": len(items), "dry_run": plan.totals,
-        "items": [item.pk for item in items],
+        "items": [item.pk for item in items], **({"budget": budget.label} if budget else {}),
     })
     items_requeue(task, items, actor=actor, why="resumed")
     task_maybe_finish(task)

@@ -16,6 +16,7 @@ from ticketagent.plan import PLAN_VERSION, steps_of
 from ticketagent.playbooks.models import PlaybookVersion
 from ticketagent.playbooks.services import version_default
 from ticketagent.services import ServiceError
+from ticketagent.services.budget import Budget, budget_priced
 from ticketagent.services.item_rows import items_insert, plans_carry
 from ticketagent.signals import items_runnable, task_stopping
 
@@ -24,12 +25,14 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
                 notify_channel: str = "helpdesk", failure_threshold: int | None = None,
                 source_task: Task | None = None, origins: dict | None = None,
                 playbook_version: PlaybookVersion | None = None, rehearsal: bool = False,
-                carried: dict | None = None) -> Task:
+                carried: dict | None = None, budget: Budget | None = None) -> Task:
     """Create a task and its items in one transaction, pinned to a published playbook version (default:
     `version_default()`); its first window of jobs goes to Redis after commit. `carried` (ticket id ->
-    checkpoint of a rehearsal's item) starts those items from the reviewed step outputs."""
+    checkpoint of a rehearsal's item) starts those items from the reviewed step outputs. With a `budget`
+    (USD or tokens), reaching it suspends the task."""
     if not rows:
         raise ServiceError("a task needs at least one ticket")
+    budget_priced(budget)
     with transaction.atomic():
         version = playbook_version or version_default()
         if version.is_draft:
@@ -39,6 +42,7 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
             allow_auto_close=allow_auto_close, notify_channel=notify_channel, model_label=model_label(),
             failure_threshold=failure_threshold or settings.SUSPEND_AFTER_FAILURES, source_task=source_task,
             playbook_version=version, rehearsal=rehearsal,
+            budget_usd=budget.usd if budget else None, budget_tokens=budget.tokens if budget else None,
         )
         count = items_insert(task=task, rows=rows, origins=origins)
         if carried:
@@ -49,6 +53,7 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
             "notify_channel": notify_channel, "failure_threshold": task.failure_threshold,
             "model": task.model_label, "source_task": source_task.pk if source_task else None,
             "playbook_version": version.pk, "playbook": version.label, "rehearsal": rehearsal,
+            "budget": budget.label if budget else None,
         })
         event_append(task_id=task.pk, type=EventType.PLANNED, actor=actor, payload={
             "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION, "playbook_version": version.pk,
@@ -91,6 +96,19 @@ def task_maybe_finish(task: Task) -> None:
         f"{total - finished} item(s) wait for a person or failed")
     task.save()
     event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status, "counts": counts})
+
+
+def task_suspend_locked(task: Task, *, reason: str, **payload) -> None:
+    """Inside a transaction holding the task lock: suspend it with the reason, beside the last item done before
+    it. Nothing more of it starts until a resume; a running item is handed back at its next step."""
+    task.status = TaskStatus.SUSPENDED
+    task.status_reason = reason
+    # shown beside the suspension: derived now, not written by every item that succeeds
+    task.last_success_item_id = (task.items.filter(status=ItemStatus.DONE).order_by("-finished_at", "-pk")
+                                 .values_list("pk", flat=True).first())
+    task.save()
+    event_append(task_id=task.pk, type=EventType.SUSPENDED, payload={
+        "reason": reason, "last_success_item": task.last_success_item_id, **payload})
 
 
 def task_pause(*, task_id: int, actor: str) -> Task:

@@ -5,6 +5,7 @@ from django.conf import settings
 from ticketagent.models import Task
 from ticketagent.playbooks.models import PlaybookVersion
 from ticketagent.playbooks.services import published_spec, version_default
+from ticketagent.services.budget import Budget
 from ticketagent.services.readiness import helpdesk_ready
 from ticketagent.services.tasks import task_create
 from ticketagent.upload.parse import parse_batch
@@ -29,7 +30,8 @@ def expected_rejected(rows, version: PlaybookVersion) -> list[RowError]:
 
 def task_upload(*, data: bytes, filename: str, user=None, name: str = "", allow_auto_close: bool = False,
                 notify_channel: str = "helpdesk", failure_threshold: int | None = None,
-                playbook_version: PlaybookVersion | None = None, rehearsal: bool = False) -> Task:
+                playbook_version: PlaybookVersion | None = None, rehearsal: bool = False,
+                budget: Budget | None = None) -> Task:
     """Parse and validate a whole batch; create the task only if every row is good and the helpdesk is ready
     (a rehearsal sends nothing: it needs no helpdesk)."""
     result = parse_batch(data, filename, max_bytes=settings.UPLOAD_MAX_BYTES, max_rows=settings.UPLOAD_MAX_ROWS)
@@ -43,4 +45,5 @@ def task_upload(*, data: bytes, filename: str, user=None, name: str = "", allow_
         helpdesk_ready(notify_channel=notify_channel)
     return task_create(rows=result.rows, name=name or filename, user=user, filename=filename,
                        allow_auto_close=allow_auto_close, notify_channel=notify_channel,
-                       failure_threshold=failure_threshold, playbook_version=version, rehearsal=rehearsal)
+                       failure_threshold=failure_threshold, playbook_version=version, rehearsal=rehearsal,
+                       budget=budget)

@@ -1,4 +1,4 @@
-"""Template filters for the pages: look-ups in dicts, step names, words from identifiers, durations and times."""
+"""Template filters for the pages: look-ups in dicts, step names, words from identifiers, durations, times, amounts."""
 
 import datetime as dt
 import re
@@ -9,7 +9,9 @@ from django.utils.dateformat import format as date_format
 from django.utils.html import format_html
 
 from ticketagent.eventlog.export import iso_utc
+from ticketagent.llm.prices import dollars
 from ticketagent.plan import step_name as _step_name
+from ticketagent.services.budget import budget_spent
 
 register = template.Library()
 
@@ -71,3 +73,24 @@ _LEASE_TOKEN = re.compile(r"^[0-9a-f]{32}$")
 def who(actor):
     """An event's actor as a person reads it: a worker's lease token (the ledger's actor) becomes "worker"."""
     return "worker" if _LEASE_TOKEN.match(actor or "") else actor
+
+
+@register.filter
+def usd(amount):
+    """An amount of USD as the pages write it ("—" when unknown): `llm.prices.dollars`."""
+    return dollars(amount)
+
+
+@register.filter
+def thousands(number):
+    """1234567 -> 1,234,567."""
+    try:
+        return f"{int(number):,}"
+    except (TypeError, ValueError):
+        return "—"
+
+
+@register.filter
+def spent_of_budget(task):
+    """What a task with a budget spent of it: "$4.98 of $5.00", "1,530 of 1,500 tokens"."""
+    return budget_spent(task) if task.has_budget else ""

@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET
 
+from ticketagent.eventlog.usage import step_usages
 from ticketagent.models import Checkpoint, Item
 from ticketagent.web import selectors_ops
 from ticketagent.web.access import login_required, render_page
@@ -20,10 +21,11 @@ def item_detail(request, pk):
     item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
     checkpoint = Checkpoint.objects.select_related("playbook_version__playbook").filter(item=item).first()
     events, effects = selectors_ops.item_history(item)
+    model_steps, model_usage = step_usages(item.pk)
     return render_page(request, "tasks/item.html", None, {
         "item": item, "checkpoint": checkpoint, "decision": selectors_ops.item_decision(item, checkpoint),
         "checkpoint_json": json.dumps(checkpoint.snapshot(), indent=2, ensure_ascii=False) if checkpoint else "",
-        "effects": effects, "events": events,
+        "effects": effects, "events": events, "model_steps": model_steps, "model_usage": model_usage,
     })
 
 

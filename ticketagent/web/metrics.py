@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ledger.models import EffectState
+from ticketagent.eventlog.usage import usage_total
 from ticketagent.health import health_numbers
 from ticketagent.models import ItemStatus, TaskStatus
 
@@ -43,6 +44,25 @@ class LedgerCollector:
         yield _by_state("ticketagent_tasks", "Tasks by status.", "status", h["tasks_by_state"], TaskStatus.values)
 
 
+class UsageCollector:
+    """The model calls' tokens and cost, summed from their steps' events at scrape time (`eventlog.usage`)."""
+
+    def collect(self):
+        sums = usage_total()
+        tokens = CounterMetricFamily("ticketagent_model_tokens", "Tokens of the model calls, by kind (cached: the "
+                                     "part of the prompt tokens the API served from its cache).", labels=["kind"])
+        for kind in ("prompt", "completion", "cached"):
+            tokens.add_metric([kind], sums[f"{kind}_tokens"])
+        yield tokens
+        yield CounterMetricFamily("ticketagent_model_calls", "Model API calls recorded with their steps.",
+                                  value=sums["calls"])
+        yield CounterMetricFamily("ticketagent_model_cost_usd", "What the model calls cost in USD, by the price "
+                                  "table when each was recorded (steps without a price are not in it).",
+                                  value=float(sums["cost"]))
+        yield CounterMetricFamily("ticketagent_model_unpriced_steps", "Model steps whose model had no price: "
+                                  "their tokens count, their cost is unknown.", value=sums["unpriced"])
+
+
 def _authorized(request) -> bool:
     if request.user.is_authenticated:
         return True
@@ -62,4 +82,5 @@ def metrics_view(request):
         return response
     registry = CollectorRegistry()
     registry.register(LedgerCollector())
+    registry.register(UsageCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

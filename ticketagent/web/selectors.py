@@ -2,11 +2,15 @@
 
 import logging
 from dataclasses import dataclass
+from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import Count, Max
 from django.utils import timezone
 
 from ledger.models import Effect
+from ticketagent.eventlog.usage import tasks_usage
+from ticketagent.llm.base import Usage
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -135,8 +139,9 @@ FILTERS = {
 
 def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Task]:
     """Tasks, suspended ones first (they wait for a person), each with its
-    `progress` (items by state, items per minute, ETA). At most six queries;
-    completed tasks' items are not counted again (`Task.final_counts`)."""
+    `progress` (items by state, items per minute, ETA) and its model calls'
+    `usage` (tokens, cost). At most seven queries; completed tasks' items
+    are not counted again (`Task.final_counts`)."""
     qs = Task.objects.all()
     if status_filter in FILTERS:
         qs = qs.filter(status__in=FILTERS[status_filter])
@@ -151,8 +156,10 @@ def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Tas
     last_finished = dict(Item.objects.filter(task__in=ids, finished_at__isnull=False).values_list("task_id")
                          .annotate(last=Max("finished_at")))
     recent = recent_rates([t for t in tasks if not _frozen(t)])
+    usage = tasks_usage(t.pk for t in tasks)
     for task in tasks:
         task.progress = _progress(task, counts.get(task.pk, {}), last_finished.get(task.pk), recent.get(task.pk))
+        task.usage = usage.get(task.pk) or Usage(cost_usd=Decimal(0))
         task.percent = task.progress.percent
     return tasks
 
@@ -184,3 +191,19 @@ def items_page_effects(items) -> dict[int, list[Effect]]:
     for effect in Effect.objects.filter(owner_item__in=[str(i.pk) for i in items]).order_by("id"):
         by_item.setdefault(int(effect.owner_item), []).append(effect)
     return by_item
+
+
+def model_api_wait() -> str:
+    """"waiting for the model API since …" while the configured endpoint is down, else "" (the offline model
+    never waits; a Redis that does not answer says nothing)."""
+    if not settings.OPENAI_API_KEY:
+        return ""
+    from redis import RedisError
+
+    from ticketagent.llm.governor import governor_for
+
+    try:
+        governor = governor_for(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
+        return governor.waiting_words() if governor.down_since() is not None else ""
+    except RedisError:
+        return ""

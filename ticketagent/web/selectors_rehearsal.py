@@ -12,12 +12,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from django.core.paginator import Paginator
-from django.db.models import IntegerField, Sum, TextField, Value
-from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
-from django.db.models.functions import MD5, Cast, Coalesce, Concat
+from django.db.models import TextField, Value
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import MD5, Concat
 
+from ticketagent.eventlog.usage import items_usage, task_usage
 from ticketagent.llm.base import Usage
-from ticketagent.models import Event, EventType, Item, Task
+from ticketagent.models import Item, Task
 from ticketagent.plan import EFFECT_STEPS
 from ticketagent.playbooks.models import PlaybookVersion, VersionStatus
 from ticketagent.playbooks.services import published_spec
@@ -26,7 +27,6 @@ from ticketagent.upload.rows import PRIORITIES
 PAGE_SIZE = 50
 DISAGREEMENTS_SHOWN = 200
 FIELDS = ("category", "priority", "actions")  # what a file's expected labels may say
-USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cached_tokens", "ms")
 
 
 # --------------------------------------------------------------------------- shapes
@@ -235,36 +235,7 @@ def rehearsal_summary(task: Task) -> Summary:
     return Summary(total=total, decided=decided, labelled=tally.labelled, distributions=distributions,
                    agreement=agreement, confusion=_confusion(tally.pairs, order["categories"]),
                    disagreements=tally.disagreements, disagreement_count=tally.disagreement_count,
-                   tokens=task_tokens(task))
-
-
-# --------------------------------------------------------------------------- tokens
-
-
-def _usage_sums() -> dict:
-    return {name: Coalesce(Sum(Cast(KT(f"payload__usage__{name}"), IntegerField())), 0) for name in USAGE_FIELDS}
-
-
-def _usage_events():
-    return Event.objects.filter(type=EventType.STEP_DONE, payload__has_key="usage")
-
-
-def task_tokens(task: Task) -> Usage:
-    """The model calls of the whole task (0 when the model recorded none: the offline model)."""
-    sums = _usage_events().filter(task=task).aggregate(**_usage_sums())
-    return _usage({name: sums[name] or 0 for name in USAGE_FIELDS})
-
-
-def _usage(sums: dict) -> Usage:
-    """Summed `usage` of STEP_DONE events as one Usage (its milliseconds as seconds)."""
-    return Usage(calls=sums["calls"], prompt_tokens=sums["prompt_tokens"], completion_tokens=sums["completion_tokens"],
-                 cached_tokens=sums["cached_tokens"], seconds=(sums["ms"] or 0) / 1000)
-
-
-def items_tokens(item_ids) -> dict[int, Usage]:
-    """Per item, the sum of its model steps' usage: one query for all of them."""
-    rows = _usage_events().filter(item_id__in=list(item_ids)).values("item_id").annotate(**_usage_sums())
-    return {row["item_id"]: _usage({name: row[name] for name in USAGE_FIELDS}) for row in rows}
+                   tokens=task_usage(task.pk))
 
 
 # --------------------------------------------------------------------------- the per-ticket table
@@ -274,7 +245,7 @@ def rehearsal_page(task: Task, page) -> tuple[object, list[TicketRow]]:
     """One page of the per-ticket table (PAGE_SIZE tickets in file order): the page, and its rows.
     Three queries: the count, the items with their checkpoints, their tokens."""
     items = Paginator(task.items.select_related("checkpoint").order_by("row"), PAGE_SIZE).get_page(page)
-    tokens = items_tokens(item.pk for item in items)
+    tokens = items_usage(item.pk for item in items)
     rows = []
     for item in items:
         checkpoint = getattr(item, "checkpoint", None)

@@ -18,10 +18,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ticketagent.eventlog.export import event_line, transition_line
 from ticketagent.eventlog.merged import merge, task_transitions
+from ticketagent.eventlog.usage import task_usage
 from ticketagent.health import health_numbers
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, Task
 from ticketagent.plan import steps_of
 from ticketagent.services import ServiceError
+from ticketagent.services.budget import budget_parse
 from ticketagent.services.resume import task_clone_unfinished, task_dry_run, task_move_version, task_resume
 from ticketagent.services.tasks import task_cancel, task_pause
 from ticketagent.web import selectors
@@ -73,6 +75,8 @@ def _detail_context(request, task: Task, **extra) -> dict:
         "effects_by_item": selectors.items_page_effects(items),
         "events": selectors.task_recent_events(task),
         "last_event_id": selectors.task_last_event_id(task),
+        "usage": task_usage(task.pk),
+        "model_wait": selectors.model_api_wait() if task.status in ACTIVE_TASK_STATUSES else "",
         "step_count": len(steps_of(rehearsal=task.rehearsal)),
         **extra,
     }
@@ -92,7 +96,8 @@ def task_progress(request, pk):
     count come together (the last three out of band), so they never disagree.
 
     The page says what it shows: the task's last event id (`since`; every
-    change appends an event) and status (`shown`). Unchanged: 204, nothing
+    change appends an event), its status (`shown`) and whether it showed the
+    model API's outage (`waiting`: no event says that). Unchanged: 204, nothing
     is rendered. When the status moved on, the controls come along too, so a
     task that got suspended while the page was open offers Resume. Once the
     task is final: 286, and htmx stops polling."""
@@ -100,7 +105,8 @@ def task_progress(request, pk):
     if not request.htmx:
         return render_page(request, "tasks/detail.html", None, _detail_context(request, task))
     shown = request.GET.get("shown", task.status)
-    if (not task.is_final and shown == task.status
+    waiting = bool(selectors.model_api_wait()) and task.status in ACTIVE_TASK_STATUSES
+    if (not task.is_final and shown == task.status and request.GET.get("waiting", "0") == str(int(waiting))
             and request.GET.get("since") == str(selectors.task_last_event_id(task))):
         return HttpResponse(status=204)
     context = _detail_context(request, task, refresh_controls=shown != task.status)
@@ -164,7 +170,11 @@ def _task_control(request, pk, service, done_message):
 @login_required
 @require_POST
 def task_resume_view(request, pk):
-    return _task_control(request, pk, task_resume, lambda plan: (
+    """Resume, with a new budget when the form gives one (needed once the task reached its budget)."""
+    def resume(*, task_id, actor):
+        return task_resume(task_id=task_id, actor=actor, budget=budget_parse(request.POST.get("budget", "")))
+
+    return _task_control(request, pk, resume, lambda plan: (
         f"Resumed: {plan.will_enqueue} item{'s' if plan.will_enqueue != 1 else ''} enqueued."))
 
 

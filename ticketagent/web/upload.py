@@ -7,6 +7,8 @@ from ticketagent.models import NotifyChannel
 from ticketagent.playbooks.models import PlaybookVersion, VersionStatus
 from ticketagent.playbooks.services import version_default
 from ticketagent.services import ServiceError
+from ticketagent.services.budget import HOW as BUDGET_HELP
+from ticketagent.services.budget import budget_parse
 from ticketagent.services.imports import task_import
 from ticketagent.services.upload import UploadRejected, task_upload
 from ticketagent.sources import SourceError
@@ -31,6 +33,10 @@ class TaskOptions(forms.Form):
                                           help_text="Otherwise every close waits for an operator's approval.")
     failure_threshold = forms.IntegerField(min_value=1, max_value=1000, initial=3, required=False,
                                            help_text="Consecutive failed items that suspend the task.")
+    budget = forms.CharField(required=False, max_length=40, label="Budget (optional)",
+                             help_text=f"For the model calls: {BUDGET_HELP}. Reaching it suspends the task. It is "
+                                       f"checked before each model call, so each item already calling the model "
+                                       f"then may pass it by that one step's cost.")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -44,7 +50,14 @@ class TaskOptions(forms.Form):
 
     def options(self) -> dict:
         return {key: self.cleaned_data[key] for key in ("name", "notify_channel", "allow_auto_close",
-                                                       "failure_threshold", "playbook_version", "rehearsal")}
+                                                       "failure_threshold", "playbook_version", "rehearsal",
+                                                       "budget")}
+
+    def clean_budget(self):
+        try:
+            return budget_parse(self.cleaned_data["budget"])
+        except ServiceError as exc:
+            raise forms.ValidationError(str(exc).removeprefix("budget: ")) from None
 
 
 class UploadForm(TaskOptions):
@@ -52,7 +65,7 @@ class UploadForm(TaskOptions):
                            help_text="CSV or JSONL; columns ticket_id, customer_email, subject, body "
                                      "(+ customer_name, priority, language, metadata)")
     field_order = ["file", "name", "playbook_version", "rehearsal", "notify_channel", "allow_auto_close",
-                   "failure_threshold"]
+                   "failure_threshold", "budget"]
 
 
 class ImportForm(TaskOptions):
@@ -60,7 +73,7 @@ class ImportForm(TaskOptions):
     limit = forms.IntegerField(min_value=1, max_value=50_000, initial=500, required=False,
                                help_text="At most this many tickets.")
     field_order = ["query", "limit", "name", "playbook_version", "rehearsal", "notify_channel", "allow_auto_close",
-                   "failure_threshold"]
+                   "failure_threshold", "budget"]
 
 
 def _context(source: str, **extra) -> dict:
