@@ -13,6 +13,7 @@ Environment (also read from ``.env``; variables already set win):
                                taken the next free one is used; an explicit
                                PORT that is taken is an error)
     WORKERS                    number of RQ workers (default 2)
+    WORKER_THREADS             items each worker runs at once (default here 8)
     MODEL                      local: start the local model server built by
                                `make model` (llama-server, SmolLM2-135M) and
                                point the web and workers at it; unset: the
@@ -352,7 +353,8 @@ def start_processes(stack: Stack, env: dict, var: Path, workers: int, web_port: 
     """The Procfile's worker (times `workers`), sweep and web processes, by the Procfile's commands."""
     say("== worker, sweep, web (from the Procfile)")
     commands = read_procfile(PROCFILE)
-    env = {**env, "PORT": str(web_port), "WEB_BIND": f"127.0.0.1:{web_port}", "TICKETAGENT_VAR_DIR": str(var)}
+    env = {"WORKER_THREADS": "8", **env, "PORT": str(web_port), "WEB_BIND": f"127.0.0.1:{web_port}",
+           "TICKETAGENT_VAR_DIR": str(var)}
     stack.procs.env = env
     for number in range(1, workers + 1):
         stack.procs.start(f"worker-{number}", command_line(commands["worker"], env), stream=True)

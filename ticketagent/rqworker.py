@@ -15,12 +15,18 @@ connect and read timeouts and TCP keepalives so a reconnect cannot hang.
 from __future__ import annotations
 
 import json
+import os
+import queue
 import threading
 import time
+from datetime import timedelta
 
 import redis
 from django.conf import settings
 from rq.command import parse_payload
+from rq.exceptions import StopRequested
+from rq.timeouts import BaseDeathPenalty
+from rq.utils import now
 from rq.worker import SimpleWorker as RQSimpleWorker
 from rq.worker import Worker as RQWorker
 
@@ -156,5 +162,99 @@ class Worker(StopNoted, CommandChannelWatchdog, RQWorker):
     """rq's forking worker (WORKER_FORK=true) with a checked command channel."""
 
 
+class NoDeathPenalty(BaseDeathPenalty):
+    """No timer around a job run in a thread (SIGALRM reaches only the main thread): an item's time is bounded by
+    its lease and its calls' own timeouts."""
+
+    def setup_death_penalty(self):
+        pass
+
+    def cancel_death_penalty(self):
+        pass
+
+
 class SimpleWorker(StopNoted, CommandChannelWatchdog, RQSimpleWorker):
-    """rq's in-process worker (the default) with a checked command channel."""
+    """rq's in-process worker (the default), running up to WORKER_THREADS jobs at once, with a checked command
+    channel.
+
+    A model call is waiting, not work: one process can hold many items in
+    flight. The main thread dequeues a job only when one of the process's
+    slots is free and hands it to that slot's thread (each with its own
+    database connection, kept between jobs); every job is still one item,
+    under its own lease (one heartbeat thread renews them all:
+    `pipeline.lease.HEARTBEATS`). A stop (SIGTERM) takes no job more and
+    waits for the items in flight to finish; a second one, or a SIGKILL,
+    ends them all at once, and each is taken over when its lease expires,
+    as for a worker that held one. In burst mode the worker quits once the
+    queue is empty and no slot is busy (an item in flight may enqueue more:
+    its task's window)."""
+
+    death_penalty_class = NoDeathPenalty
+
+    def work(self, burst: bool = False, **kwargs):
+        self.slots = settings.WORKER_THREADS
+        self._handed: queue.SimpleQueue = queue.SimpleQueue()
+        self._busy = 0
+        self._changed = threading.Condition()
+        self._burst = burst
+        for number in range(self.slots):
+            threading.Thread(target=self._slot, name=f"slot-{number}", daemon=True).start()
+        return super().work(burst=burst, **kwargs)
+
+    def register_birth(self):
+        super().register_birth()
+        self.connection.hset(self.key, "slots", self.slots)  # the Workers page shows the slots in use
+
+    def _wait_until(self, ready) -> None:
+        """Wait (heartbeating the worker) until `ready()` holds for the slots."""
+        while True:
+            with self._changed:
+                if ready() or self._changed.wait_for(ready, timeout=5):
+                    return
+            self.heartbeat()
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+        while True:
+            self._wait_until(lambda: self._busy < self.slots)
+            busy_before = self._busy
+            result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            if result is not None or not self._burst or busy_before == 0:
+                return result
+            # burst, the queue empty: the items in flight may still enqueue more; ask again when one ends
+            self._wait_until(lambda before=busy_before: self._busy < before)
+
+    def execute_job(self, job, queue):
+        with self._changed:
+            self._busy += 1
+        self._handed.put((job, queue))
+
+    def _slot(self) -> None:
+        while True:
+            job, job_queue = self._handed.get()
+            try:
+                self.perform_job(job, job_queue, self.prepare_execution(job))
+            except Exception:  # noqa: BLE001 - perform_job records a job's own failure; this is rq's bookkeeping
+                self.log.exception("Worker %s: job %s: the slot's bookkeeping failed", self.name, job.id)
+            finally:
+                with self._changed:
+                    self._busy -= 1
+                    self._changed.notify_all()
+
+    def _shutdown(self):
+        """A stop takes effect at once in the main thread, busy slots or not: no job more is taken."""
+        self._stop_requested = True
+        self.set_shutdown_requested_date()
+        raise StopRequested()
+
+    def request_force_stop(self, signum, frame):
+        """A second stop: the process ends now, its items in flight left to their leases (as after a kill)."""
+        if (now() - self._shutdown_requested_date) < timedelta(seconds=1):
+            return
+        self.log.warning("Worker %s: cold shut down; %d item(s) in flight are taken over when their leases expire",
+                         self.name, self._busy)
+        os._exit(1)
+
+    def teardown(self):
+        if hasattr(self, "_changed"):
+            self._wait_until(lambda: self._busy == 0)  # a warm stop finishes what the slots hold
+        super().teardown()

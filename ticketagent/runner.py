@@ -9,6 +9,7 @@ up when an item's lease commits: `ticketagent.window` listens to
 """
 
 import logging
+import threading
 import time
 
 from django.db import close_old_connections, connection
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 
 # A connection whose last job ended cleanly this recently is not health-checked again.
 FRESH_CONNECTION_SECONDS = 1.0
-_last_clean_end = [0.0]
+_last = threading.local()  # per thread: a worker's slots each keep a connection of their own
 
 
 def process_item(item_id: int, attempt: int) -> str:
@@ -32,9 +33,10 @@ def process_item(item_id: int, attempt: int) -> str:
     # health check (a `SELECT 1`, CONN_HEALTH_CHECKS) is for a connection that
     # sat idle: one whose last job ended cleanly moments ago is used as it is.
     close_old_connections()
-    if connection.connection is not None and time.monotonic() - _last_clean_end[0] < FRESH_CONNECTION_SECONDS:
+    clean_end = getattr(_last, "clean_end", 0.0)
+    if connection.connection is not None and time.monotonic() - clean_end < FRESH_CONNECTION_SECONDS:
         connection.health_check_done = True
-    _last_clean_end[0] = 0.0
+    _last.clean_end = 0.0
     try:
         outcome = item_process(item_id=item_id, attempt=attempt)
         _after_item(item_id, outcome)
@@ -42,7 +44,7 @@ def process_item(item_id: int, attempt: int) -> str:
     finally:
         close_old_connections()
         if connection.connection is not None and not connection.errors_occurred:
-            _last_clean_end[0] = time.monotonic()
+            _last.clean_end = time.monotonic()
 
 
 def _after_item(item_id: int, outcome: str) -> None:

@@ -164,6 +164,10 @@ HEALTH_CACHE_SECONDS = envfloat("HEALTH_CACHE_SECONDS", 5.0, minimum=0.0)
 # unless the previous one ended cleanly moments ago: pipeline/run.py) or,
 # with WORKER_FORK, in a work-horse forked per job, rq's classic model.
 WORKER_FORK = envbool("WORKER_FORK", False)
+# Items one in-process worker runs at once, each in a thread of its own with its own database connection (a
+# model call is waiting, not work): a process's slots. Each slot holds a connection: the workers' slots together
+# must stay under PostgreSQL's max_connections. A forking worker (WORKER_FORK) runs one item at a time.
+WORKER_THREADS = envint("WORKER_THREADS", 1, minimum=1)
 # How often a worker checks that its command channel (rq's stop-job, shutdown,
 # kill-horse) still delivers, by a probe through it; a deaf one is rebuilt
 # (ticketagent/rqworker.py). 0: never checked (rq's own behaviour).

@@ -1,7 +1,9 @@
-"""Operators see the workers and the queue: each worker's host, PID, kind, current item and heartbeat;
+"""Operators see the workers and the queue: each worker's host, PID, kind, items in flight of its slots and heartbeat;
 the queue's depth per task; items whose lease expired and what recovery did with them.
 
 Before: django-rq's pages were staff-only and showed nothing of items or leases."""
+
+import re
 
 import pytest
 from django.utils import timezone
@@ -19,7 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 def test_an_operator_sees_each_worker_its_item_the_queue_and_the_recoveries(page, live_server, workers, sandbox,
                                                                             alice):
     sandbox.set_faults(latency_ms=1200)  # every helpdesk call takes a while: the worker is busy long enough to see
-    [worker] = workers.start(1)
+    [worker] = workers.start(1, extra_env={"WORKER_THREADS": "4"})  # up to four items at once
     held = make_task(3, name="Held batch", prefix="H")
     Task.objects.filter(pk=held.pk).update(status=TaskStatus.PAUSED, status_reason="paused by alice")
     busy = make_task(4, name="Busy batch")
@@ -32,6 +34,7 @@ def test_an_operator_sees_each_worker_its_item_the_queue_and_the_recoveries(page
     expect(row.locator("time")).to_have_count(2)  # started, last heartbeat
     expect(row).to_contain_text("T-", timeout=30_000)  # its current item, by ticket (the page polls)
     expect(row).to_contain_text(f"task {busy.pk}")
+    expect(row.locator(".slots")).to_have_text(re.compile(r"^[1-4] of 4 slots in use$"))
     expect(page.locator(f"#depth-{held.pk}")).to_contain_text("3 held: the task is paused")
 
     # a lease nobody renews: shown as expired, then taken over by the sweep and requeued

@@ -2,8 +2,8 @@
 
 An item is only written by the worker holding its lease (`lease_token`);
 every phase locks the item row and checks that token, so a worker whose
-lease was taken over cannot write anything. A heartbeat thread extends the
-lease while a model or channel call runs.
+lease was taken over cannot write anything. One heartbeat thread per process
+(`HEARTBEATS`) extends the leases of all the items it runs.
 """
 
 import logging
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Subquery, Value
 from django.db.models.functions import Now
 
@@ -103,31 +103,71 @@ class Lease:
         return self.valid_until() - margin
 
 
-class Heartbeat(threading.Thread):
-    """Renews the lease while a long call runs; notices when it was lost or in doubt."""
+class Heartbeats:
+    """One thread per process renews every lease the process holds, in one transaction a round.
 
-    def __init__(self, lease: Lease):
-        super().__init__(daemon=True, name=f"heartbeat-{lease.item_id}")
-        self.lease = lease
-        self.stopped = threading.Event()
+    A worker running many items at once (WORKER_THREADS) would otherwise
+    keep a thread and a database connection per item only to renew its
+    lease. Every HEARTBEAT_SECONDS the leases registered here are extended
+    together -- those still ours: the item still running under that token
+    -- and each learns its answer: renewed since the statement was sent
+    (`confirmed_at`), lost, or in doubt when the round failed (the item's
+    worker then calls nothing more and hands it back). A stalled database
+    stalls the round: no lease is confirmed meanwhile, so each one's own
+    deadline (`Lease.ensure()`) stops the calls in time."""
 
-    def run(self):
-        try:
-            while not self.stopped.wait(settings.HEARTBEAT_SECONDS):
-                try:
-                    if not self.lease.renew():
-                        return
-                except Exception as exc:  # noqa: BLE001 - the worker hands the item back before its next call
-                    self.lease.in_doubt = f"a heartbeat failed ({type(exc).__name__})"
-                    log.warning("heartbeat for item %s failed: the item is handed back before its next call",
-                                self.lease.item_id, exc_info=True)
-                    close_old_connections()
-        finally:
-            connection.close()
+    def __init__(self):
+        self._leases: dict[int, Lease] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
-    def stop(self):
-        self.stopped.set()
-        self.join(timeout=5)
+    def add(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases[id(lease)] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="lease-heartbeats", daemon=True)
+                self._thread.start()
+
+    def discard(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.pop(id(lease), None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(settings.HEARTBEAT_SECONDS)
+            with self._lock:
+                leases = [lease for lease in self._leases.values() if not lease.lost]
+            if not leases:
+                continue
+            try:
+                leases_renew(leases)
+            except Exception as exc:  # noqa: BLE001 - each worker hands its item back before its next call
+                for lease in leases:
+                    lease.in_doubt = f"a heartbeat failed ({type(exc).__name__})"
+                log.warning("lease heartbeat for %d item(s) failed: they are handed back before their next call",
+                            len(leases), exc_info=True)
+                close_old_connections()
+                connection.close()
+
+
+def leases_renew(leases: list[Lease]) -> None:
+    """One transaction: extend the leases still ours, then read which those were (a lease cannot be taken over
+    between the two: it was just extended); the others are lost."""
+    sent = time.monotonic()
+    with transaction.atomic():
+        ours = Item.objects.filter(pk__in=[lease.item_id for lease in leases],
+                                   lease_token__in=[lease.token for lease in leases], status=ItemStatus.RUNNING)
+        ours.update(lease_expires_at=lease_renewed())
+        held = set(ours.values_list("lease_token", flat=True))
+    for lease in leases:
+        if lease.token in held:
+            with lease._lock:
+                lease.confirmed_at = max(lease.confirmed_at, sent)
+        else:
+            lease.lost = True
+
+
+HEARTBEATS = Heartbeats()
 
 
 # item id -> task id: never changes, so a worker looks it up once per item,

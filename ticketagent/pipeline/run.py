@@ -14,7 +14,7 @@ from ticketagent.llm.base import ModelError
 from ticketagent.llm.clients import get_model_client
 from ticketagent.llm.prices import usage_priced
 from ticketagent.pipeline.budget import budget_allows
-from ticketagent.pipeline.lease import Heartbeat, ItemRun, Lease, LeaseLost
+from ticketagent.pipeline.lease import HEARTBEATS, ItemRun, Lease, LeaseLost
 from ticketagent.pipeline.model_steps import run_model_step
 from ticketagent.pipeline.phases import (
     item_hand_back,
@@ -41,8 +41,7 @@ def item_process(*, item_id: int, attempt: int, model=None) -> str:
     if item is None:
         return f"no work: {why}"
     lease = Lease(item_id, token, sent)
-    heartbeat = Heartbeat(lease)
-    heartbeat.start()
+    HEARTBEATS.add(lease)
     try:
         run = ItemRun(item=item, token=token, cursor=checkpoint.cursor, outputs=dict(checkpoint.step_outputs),
                       lease=lease, playbook_version_id=checkpoint.playbook_version_id,
@@ -52,7 +51,7 @@ def item_process(*, item_id: int, attempt: int, model=None) -> str:
         log.warning("item %s: %s; stopped, nothing more called or written", item_id, exc)
         return f"stopped: {exc}"
     finally:
-        heartbeat.stop()
+        HEARTBEATS.discard(lease)
 
 
 def _run_steps(run: ItemRun, model) -> str:

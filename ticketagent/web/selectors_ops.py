@@ -1,7 +1,6 @@
 """Reads for operations: the workers and the queue (rq's registry and the items' leases), search, an item's history."""
 
 import logging
-import re
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -17,7 +16,6 @@ from ticketagent.plan import effect_holds, step_name
 
 log = logging.getLogger(__name__)
 
-JOB_ID = re.compile(r"^item-(\d+)-a(\d+)$")
 # `manage.py worker` names its workers <kind>-<random>: the kind is read back from the name
 WORKER_KINDS = {"inproc": "in-process", "fork": "forking"}
 
@@ -29,10 +27,18 @@ class WorkerRow:
     pid: int | None
     kind: str
     state: str
-    job_id: str
-    item: Item | None
     last_heartbeat: object
     born: object
+    slots: int = 1  # items it may run at once (WORKER_THREADS; a forking worker: 1)
+    items: list[Item] = field(default_factory=list)  # the items it holds: running under its lease (the database's)
+
+    @property
+    def shown_items(self) -> list[Item]:
+        return self.items[:5]
+
+    @property
+    def more_items(self) -> int:
+        return max(0, len(self.items) - 5)
 
 
 @dataclass
@@ -51,50 +57,45 @@ def _worker_kind(name: str) -> str:
     return WORKER_KINDS.get(name.split("-", 1)[0], "unknown (started outside manage.py worker)")
 
 
-def _rq_workers(ops: Operations) -> dict[int, tuple[str, int]]:
-    """Fill the workers and queue counts from rq's registry; returns item id -> job (id, attempt) held."""
+def _rq_workers(ops: Operations) -> None:
+    """Fill the workers and queue counts from rq's registry."""
     queue = jobs.get_queue()
-    held: dict[int, tuple[str, int]] = {}
     ops.queue_length = queue.count
     ops.started_jobs = queue.started_job_registry.count
     ops.failed_jobs = queue.failed_job_registry.count
     for worker in Worker.all(queue=queue):
-        job_id = worker.get_current_job_id() or ""
-        match = JOB_ID.match(job_id)
-        if match:
-            held[int(match.group(1))] = (job_id, int(match.group(2)))
+        slots = worker.connection.hget(worker.key, "slots")
         ops.workers.append(WorkerRow(
             name=worker.name, host=worker.hostname or "?", pid=worker.pid, kind=_worker_kind(worker.name),
-            state=worker.get_state(), job_id=job_id, item=None, last_heartbeat=worker.last_heartbeat,
-            born=worker.birth_date))
-    return held
+            state=worker.get_state(), last_heartbeat=worker.last_heartbeat, born=worker.birth_date,
+            slots=int(slots) if slots and slots.isdigit() else 1))
 
 
 def operations_overview() -> Operations:
     """Workers (rq's registry), the queue's depth per task, running items' leases, and recent recoveries."""
     ops = Operations()
-    held: dict[int, tuple[str, int]] = {}
     try:
-        held = _rq_workers(ops)
+        _rq_workers(ops)
     except Exception as exc:  # noqa: BLE001 - Redis down: the database's side is still shown
         log.warning("workers page: rq registry unavailable: %s", exc)
         ops.redis_error = f"Redis does not answer ({type(exc).__name__}): the workers cannot be listed"
-    items = Item.objects.in_bulk(list(held)) if held else {}
+    now = timezone.now()
+    ops.running = list(Item.objects.filter(status=ItemStatus.RUNNING).select_related("task")
+                       .only("id", "ticket_id", "task__id", "task__name", "lease_owner", "lease_expires_at", "attempt")
+                       .order_by("lease_expires_at")[:200])
+    by_process: dict[str, list[Item]] = {}
+    for item in ops.running:
+        item.expired = bool(item.lease_expires_at and item.lease_expires_at < now)
+        if not item.expired:  # a lease owner is host:pid:random (pipeline.lease.worker_name)
+            by_process.setdefault(":".join((item.lease_owner or "").split(":")[:2]), []).append(item)
     for worker in ops.workers:
-        match = JOB_ID.match(worker.job_id)
-        worker.item = items.get(int(match.group(1))) if match else None
+        worker.items = by_process.get(f"{worker.host}:{worker.pid}", [])
     ops.workers.sort(key=lambda w: (w.host, w.pid or 0))
     ops.depth = list(Item.objects.filter(status=ItemStatus.QUEUED).exclude(task__status__in=(
         TaskStatus.CANCELLED, TaskStatus.COMPLETED)).values("task_id", "task__name", "task__status")
         .annotate(n=Count("*"), sent=Count("pk", filter=Q(enqueued_at__isnull=False))).order_by("task_id"))
     for row in ops.depth:
         row["runs"] = row["task__status"] in ACTIVE_TASK_STATUSES
-    now = timezone.now()
-    ops.running = list(Item.objects.filter(status=ItemStatus.RUNNING).select_related("task")
-                       .only("id", "ticket_id", "task__id", "task__name", "lease_owner", "lease_expires_at", "attempt")
-                       .order_by("lease_expires_at")[:200])
-    for item in ops.running:
-        item.expired = bool(item.lease_expires_at and item.lease_expires_at < now)
     ops.recoveries = recent_recoveries()
     return ops
 

@@ -1,0 +1,99 @@
+"""Many items in flight in one worker process (WORKER_THREADS), on real processes with the fake model server.
+
+Leases, fencing and recovery keep their meaning: a SIGKILL of the process
+ends every item it holds and each is taken over; a SIGTERM takes no job more
+and finishes what the slots hold; a burst worker quits only once the queue is
+empty and no slot is busy.
+"""
+
+import signal
+import threading
+
+import pytest
+
+from ticketagent.models import Item, ItemStatus, TaskStatus
+
+from ..conftest import wait_for
+from ..factories import make_task
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+SLOTS = 8
+
+
+@pytest.fixture
+def slow_model(openai_server):
+    """The fake model answering each call after 0.5 s: items overlap in a worker's slots."""
+    openai_server.latency = 0.5
+    yield openai_server
+    openai_server.latency = 0.0
+
+
+class Peak:
+    """The most items running at once, read from the database while workers run."""
+
+    def __init__(self, task):
+        self.task, self.most, self._stop = task, 0, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self):
+        from django.db import connection
+
+        try:
+            while not self._stop.wait(0.05):
+                running = Item.objects.filter(task=self.task, status=ItemStatus.RUNNING).count()
+                self.most = max(self.most, running)
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def test_one_burst_worker_runs_many_items_at_once_and_quits_when_all_are_done(slow_model, workers, sandbox):
+    task = make_task(24)
+    with Peak(task) as peak:
+        assert workers.burst(extra_env={**slow_model.worker_env, "WORKER_THREADS": str(SLOTS)}) == 0, \
+            workers.logs()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED, workers.logs()
+    assert peak.most > 4, "items overlap in one process, beyond a window of twice one worker (it counts slots)"
+    assert peak.most <= SLOTS, "never more than the process's slots"
+    counts = sandbox.counts()
+    assert counts["duplicates"] == 0 and counts["by_endpoint"]["notify"] == 24
+
+
+def test_a_killed_process_holding_many_items_has_each_taken_over(slow_model, workers, sandbox):
+    task = make_task(12)
+    env = {**slow_model.worker_env, "WORKER_THREADS": str(SLOTS)}
+    [victim] = workers.start(1, extra_env=env)
+    wait_for(lambda: task.items.filter(status=ItemStatus.RUNNING).count() >= 4, timeout=60, interval=0.05,
+             message="several items in flight in one process")
+    held = set(task.items.filter(status=ItemStatus.RUNNING).values_list("pk", flat=True))
+    workers.kill(victim, signal.SIGKILL)
+    workers.start(1, extra_env=env)
+    workers.start_recovery()
+    wait_for(lambda: task.items.filter(status=ItemStatus.DONE).count() == 12, timeout=120, interval=0.2,
+             message=f"the batch to finish after the kill\n{workers.logs()}")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED
+    taken_over = Item.objects.filter(pk__in=held, attempt__gt=1).count()
+    assert taken_over >= 1, "the killed process's items were taken over by the sweep"
+    assert sandbox.counts()["duplicates"] == 0, "no effect twice"
+
+
+def test_a_stop_takes_no_job_more_and_finishes_what_the_slots_hold(slow_model, workers, sandbox):
+    task = make_task(40)
+    [worker] = workers.start(1, extra_env={**slow_model.worker_env, "WORKER_THREADS": "4"})
+    wait_for(lambda: task.items.filter(status=ItemStatus.RUNNING).count() >= 2, timeout=60, interval=0.05,
+             message="items in flight")
+    workers.kill(worker, signal.SIGTERM, horse=False)
+    assert worker.wait(timeout=60) == 0, workers.logs()
+    assert not task.items.filter(status=ItemStatus.RUNNING).exists(), "the items in flight were finished"
+    assert task.items.filter(status=ItemStatus.DONE).count() < 40, "no job was taken after the stop"
+    assert sandbox.counts()["duplicates"] == 0
