@@ -100,10 +100,11 @@ class BenchProcesses:
         return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"],
                                 env=deployed(extra_env))
 
-    def start_model_server(self, latency: float) -> tuple[Child, str]:
-        """The fake model as a process of its own (ops.fake_model); returns it and its base URL."""
+    def start_model_server(self, latency: float, *, rpm: int = 0) -> tuple[Child, str]:
+        """The fake model as a process of its own (ops.fake_model; `rpm`: 429s past that many requests a
+        minute); returns it and its base URL."""
         child = self.procs.start("model-server", [sys.executable, "-m", "ops.fake_model",
-                                                  "--latency", str(latency)])
+                                                  "--latency", str(latency), "--rpm", str(rpm)])
         try:
             line = child.wait_line(lambda text: text.startswith("{") and '"port"' in text, timeout=30)
         except RuntimeError:

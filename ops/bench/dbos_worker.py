@@ -15,11 +15,11 @@ and only a receiver that honours the key keeps it from landing twice.
 
 Each process is one DBOS executor (its own `executor_id`) running at most
 one workflow at a time (`worker_concurrency=1`, as an rq worker runs one
-job), polling the queue every `--polling` seconds (default 0.01: polling is
-not the limit). Fully offline: no Conductor key, no OTLP, no DBOS Cloud
-variables (the bench strips `DBOS__*` from the environment). It prints one
-JSON line `{"dbos_ready": "<executor id>"}` once it listens; SIGTERM or
-SIGINT stops it.
+job; `PEER_CONCURRENCY=N`: N at once, in DBOS's executor threads), polling
+the queue every `--polling` seconds (default 0.01: polling is not the limit).
+Fully offline: no Conductor key, no OTLP, no DBOS Cloud variables (the bench
+strips `DBOS__*` from the environment). It prints one JSON line
+`{"dbos_ready": "<executor id>"}` once it listens; SIGTERM or SIGINT stops it.
 """
 
 from __future__ import annotations
@@ -95,10 +95,15 @@ def define_workflow():
     return ticket_pipeline
 
 
-def dbos_config(database_url: str, executor_id: str) -> dict:
-    return {"name": APP_NAME, "system_database_url": database_url, "executor_id": executor_id,
-            "application_version": APP_VERSION, "enable_otlp": False, "log_level": "WARNING",
-            "sys_db_pool_size": 5}
+def dbos_config(database_url: str, executor_id: str, concurrency: int = 1) -> dict:
+    """DBOS's configuration; with `concurrency` workflows at once, as many executor threads and a system
+    database pool to match (DBOS's own knobs for an I/O-bound queue)."""
+    config = {"name": APP_NAME, "system_database_url": database_url, "executor_id": executor_id,
+              "application_version": APP_VERSION, "enable_otlp": False, "log_level": "WARNING",
+              "sys_db_pool_size": 5 if concurrency == 1 else min(concurrency + 5, 100)}
+    if concurrency > 1:
+        config["max_executor_threads"] = concurrency + 4
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,10 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from dbos import DBOS
 
-    DBOS(config=dbos_config(args.database_url, args.executor_id))
+    concurrency = int(os.environ.get("PEER_CONCURRENCY", "1"))  # workflows at once in this process
+    DBOS(config=dbos_config(args.database_url, args.executor_id, concurrency))
     define_workflow()
     DBOS.launch()
-    DBOS.register_queue(QUEUE, worker_concurrency=1, polling_interval_sec=args.polling, on_conflict="always_update")
+    DBOS.register_queue(QUEUE, worker_concurrency=concurrency, polling_interval_sec=args.polling,
+                        on_conflict="always_update")
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stopping.set())

@@ -20,6 +20,9 @@ Sections (names for `--only`), one module each:
     fairness   a small task behind a 10k-item one: first start, completion vs alone; cancel
     unknowns   10% dropped connections, 10% 503s: unknown -> settled per cause; duplicates, ours and the peer's
     window     the window that remains: a call's last lease check -> its request's bytes leave
+    inflight   items in flight per process: 1 process x WORKER_THREADS 50/100/200, today's 8/16 processes,
+               DBOS at the same concurrency, against a model at 2 s per call (items/s vs C / 6 s, RSS)
+    ratelimit  1,000 tickets against a model allowing 600 requests a minute: time vs the limit's bound, 429s
 
 The runner uses the configured database and Redis as they are: the command
 (`ops/management/commands/bench.py`) is what points them at a dedicated
@@ -43,10 +46,12 @@ from ops.bench import (
     dryrun,
     fairness,
     gate,
+    inflight,
     kill,
     latency,
     overhead,
     peer,
+    ratelimit,
     replay,
     unknowns,
     upload,
@@ -60,12 +65,12 @@ from ops.bench.sizes import Sizes
 from ops.processes import database_url
 
 SECTIONS = ("overhead", "gate", "latency", "kill", "dashboard", "dryrun", "replay", "peer", "writes", "upload",
-            "fairness", "unknowns", "window")
+            "fairness", "unknowns", "window", "inflight", "ratelimit")
 DATASET_SECTIONS = ("dashboard", "dryrun", "replay")
 RUN = {"overhead": overhead.run, "gate": gate.run, "latency": latency.run, "kill": kill.run,
        "dashboard": dashboard.run, "dryrun": dryrun.run, "replay": replay.run, "peer": peer.run,
        "writes": writes.run, "upload": upload.run, "fairness": fairness.run, "unknowns": unknowns.run,
-       "window": window.run}
+       "window": window.run, "inflight": inflight.run, "ratelimit": ratelimit.run}
 
 
 def product_settings() -> str:
@@ -113,7 +118,8 @@ class Bench:
                 dataset.load(self)
             else:
                 dataset.clear_runs()
-            if {"overhead", "latency", "kill", "peer", "writes", "upload", "fairness"} & set(self.only):
+            if {"overhead", "latency", "kill", "peer", "writes", "upload", "fairness", "inflight",
+                 "ratelimit"} & set(self.only):
                 self._start_sandbox()
             for section in self.only:
                 RUN[section](self)

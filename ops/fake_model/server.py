@@ -6,12 +6,14 @@ in-process `OpenAIModel` *and* real `manage.py worker` subprocesses reach it
 over a real socket (the official SDK uses httpx2, which respx cannot
 intercept). As a process of its own for the bench,
 
-    python -m ops.fake_model --latency 0.33 [--port 0] [--api-key KEY]
+    python -m ops.fake_model --latency 0.33 [--port 0] [--api-key KEY] [--rpm 600]
 
 prints one JSON line `{"port": N}` once it listens, answers every completion
 `--latency` seconds after it arrived (a model of that speed, its own work
-included; no key checked unless given), `GET /_bench/counts` says how many it
-served; SIGTERM stops it.
+included; no key checked unless given; with `--rpm`, a 429 past that many
+requests in a wall-clock minute, OpenAI's `x-ratelimit-*` headers on every
+answer), `GET /_bench/counts` says how many it served and refused; SIGTERM
+stops it.
 
     server = FakeOpenAIServer().start()      # or the `openai_server` fixture
     server.mode = "valid"                    # the default behaviour
@@ -125,7 +127,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") == "/_fake/counts":
             self._send(200, fake.counts())
         elif self.path.rstrip("/") == "/_bench/counts":
-            self._send(200, {"completions": fake.calls, "latency": fake.latency})
+            self._send(200, {"completions": fake.calls, "latency": fake.latency,
+                             "rate_limited": fake.by_behaviour["429"]})
         elif self.path.rstrip("/") in ("/v1/models", "/models"):
             self._send(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
         else:
@@ -152,6 +155,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Authorization", "") != f"Bearer {fake.api_key}" and fake.api_key:
             fake.record(body, "401")
             return self._send(401, error_body(401, "Incorrect API key provided"))
+        limited = fake.over_rpm()
+        if limited is not None:  # an API's requests-per-minute limit: 429 with when to come back, as OpenAI's
+            fake.record(body, "429")
+            return self._send(429, error_body(429, "Rate limit reached for requests"), limited)
         problem = check_request(body)
         behaviour = "rejected" if problem else fake.next_behaviour()
         if behaviour == "tool_call" or behaviour.startswith("tool_call:"):
@@ -177,7 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
         answer = fake.completion(body, behaviour)
         if fake.latency > 0:  # answered `latency` after the request arrived, its own work included
             fake.stopping.wait(max(0.0, self.arrived + fake.latency - time.monotonic()))
-        self._send(200, answer)
+        self._send(200, answer, fake.rpm_headers())
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -191,9 +198,11 @@ class FakeOpenAIServer:
     """See the module docstring. Thread-safe; counters are plain attributes."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, api_key: str = "sk-test-fake-key",
-                 slow_seconds: float = 2.5, latency: float = 0.0):
+                 slow_seconds: float = 2.5, latency: float = 0.0, rpm: int = 0):
         self.host, self.port = host, port
         self.latency = latency  # seconds before every answer: a model of that speed (the bench)
+        self.rpm = rpm  # requests per wall-clock minute before 429s (0: no limit)
+        self._minute = [0, 0]
         self.api_key = api_key
         self.slow_seconds = slow_seconds
         self.stopping = threading.Event()
@@ -280,6 +289,30 @@ class FakeOpenAIServer:
                 self.answers.update(answers)
             if refusal_text is not None:
                 self.refusal_text = refusal_text
+
+    def over_rpm(self) -> dict | None:
+        """With `rpm`: count this request in its (wall-clock) minute; the headers of a 429 when the minute's
+        requests are spent, else None."""
+        if not self.rpm:
+            return None
+        minute = int(time.time() // 60)
+        with self._lock:
+            if self._minute[0] != minute:
+                self._minute = [minute, 0]
+            if self._minute[1] >= self.rpm:
+                return {**self.rpm_headers(), "retry-after": f"{60 * (minute + 1) - time.time():.3f}"}
+            self._minute[1] += 1
+        return None
+
+    def rpm_headers(self) -> dict:
+        """OpenAI's x-ratelimit-* headers for the requests per minute (none without `rpm`)."""
+        if not self.rpm:
+            return {}
+        now = time.time()
+        with self._lock:
+            used = self._minute[1] if self._minute[0] == int(now // 60) else 0
+        return {"x-ratelimit-limit-requests": str(self.rpm), "x-ratelimit-remaining-requests":
+                str(max(0, self.rpm - used)), "x-ratelimit-reset-requests": f"{60 - now % 60:.3f}s"}
 
     def next_behaviour(self) -> str:
         with self._lock:
@@ -373,8 +406,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency", type=float, default=1.0, help="seconds from a request to its answer")
     parser.add_argument("--api-key", default="", help="the key clients must send (default: none checked)")
+    parser.add_argument("--rpm", type=int, default=0, help="requests per minute before 429s (default: no limit)")
     args = parser.parse_args(argv)
-    fake = FakeOpenAIServer(host=args.host, port=args.port, api_key=args.api_key, latency=args.latency)
+    fake = FakeOpenAIServer(host=args.host, port=args.port, api_key=args.api_key, latency=args.latency,
+                            rpm=args.rpm)
     fake.keep_requests = False  # a long run: count, do not keep every request
 
     def stop(signum, frame):

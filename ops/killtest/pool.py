@@ -14,17 +14,18 @@ class WorkerPool:
     """`workers` worker processes and the recovery sweep, kept running as a
     supervisor would: whatever dies is started again. Each worker started
     picks its crash window and its kind (forking a work-horse per job, or
-    not) at random. With `proxied`, each worker reaches PostgreSQL through a
+    not: then running up to `threads` items at once) at random. With `proxied`, each worker reaches PostgreSQL through a
     FaultProxy of its own (`proxies[child]`), which the slow-worker faults
     stall or cut; the sweep connects directly. A worker under such a fault
     (`spared`) is not killed at random: its waking up is the point."""
 
     def __init__(self, procs: Processes, *, workers: int, rng: random.Random, crash_probability: float,
-                 worker_command: list[str], proxied: bool = False):
+                 worker_command: list[str], proxied: bool = False, threads: int = 1):
         self.procs, self.n, self.rng = procs, workers, rng
         self.crash_probability = crash_probability
         self.worker_command = worker_command
         self.proxied = proxied
+        self.threads = threads  # WORKER_THREADS of the in-process workers
         self.proxies: dict[Child, FaultProxy] = {}
         self.spared: set[Child] = set()
         self.crash_log = procs.log_dir / "crashes.log"
@@ -38,7 +39,7 @@ class WorkerPool:
         fork = self.rng.random() < 0.5
         self.modes["forking" if fork else "in-process"] += 1
         env = {"LEDGER_CRASH_AT": f"{window}:{self.crash_probability}", "LEDGER_CRASH_LOG": str(self.crash_log),
-               "WORKER_FORK": "true" if fork else "false"}
+               "WORKER_FORK": "true" if fork else "false", "WORKER_THREADS": str(self.threads)}
         proxy = None
         if self.proxied:
             url = urlsplit(self.procs.env["DATABASE_URL"])

@@ -281,7 +281,7 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
                  round_timeout: float = 120.0, kill_every: tuple[float, float] = (0.5, 2.0),
                  worker_command: list[str] | None = None, helpdesk_faults: dict | None = None,
                  fault_seconds: float = 12.0, gateway_share: float = 0.15, playbook: Path | None = None,
-                 rehearsals: bool = False, out=sys.stdout) -> Report:
+                 rehearsals: bool = False, threads: int = 1, out=sys.stdout) -> Report:
     """Run the kill test. `channel`: helpdesk (the sandbox's REST API), email
     (SMTP, no look-up) or rt (a private Request Tracker: the helpdesk and the
     oracle). `worker_command` starts one worker (default: `manage.py worker`);
@@ -304,7 +304,7 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
     procs = Processes(log_dir=Path(tempfile.mkdtemp(prefix="killtest-")))
     pool = WorkerPool(procs, workers=workers, rng=rng, crash_probability=crash_probability,
                       worker_command=worker_command or [sys.executable, "manage.py", "worker"],
-                      proxied=bool(faults & set(WORKER_FAULTS)))
+                      proxied=bool(faults & set(WORKER_FAULTS)), threads=threads)
     round_faults = tuple(f for f in SLOW_FAULTS if f in faults)
     with ExitStack() as stack:  # on the way out: the workers first, then the helpdesk
         if channel == "rt":

@@ -95,7 +95,8 @@ class Command(BaseCommand):
                           help="(tiny: for the smoke test only)")
         parser.add_argument("--only", default="", help="comma list of sections: overhead, gate, latency, kill, "
                                                        "dashboard, dryrun, replay, peer, writes, upload, "
-                                                       "fairness, unknowns (default: all)")
+                                                       "fairness, unknowns, window, inflight, ratelimit "
+                                                       "(default: all)")
         parser.add_argument("--database-url", default="",
                             help=f"the bench database (default: BENCH_DATABASE_URL, else <DATABASE_URL>_bench, "
                                  f"else {DEFAULT_DB})")

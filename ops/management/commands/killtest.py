@@ -58,12 +58,15 @@ class Command(BaseCommand):
         parser.add_argument("--rehearsals", action="store_true",
                             help="each round also rehearses its tickets, under the same kills; nothing may be "
                                  "sent for them (default: off)")
+        parser.add_argument("--threads", type=int, default=1,
+                            help="WORKER_THREADS of the in-process workers: each holds that many items at once, "
+                                 "and a kill ends them all (default: %(default)s)")
         parser.add_argument("--round-timeout", type=float, default=120.0,
                             help="seconds a round may take before it is checked as it stands "
                                  "(default: %(default)s)")
 
     def handle(self, *args, **opts):
-        for name in ("rounds", "items", "workers"):
+        for name in ("rounds", "items", "workers", "threads"):
             if opts[name] < 1:
                 raise CommandError(f"--{name} must be at least 1")
         faults = {f.strip() for f in opts["faults"].split(",") if f.strip()}
@@ -90,14 +93,14 @@ class Command(BaseCommand):
             raise CommandError(f"--playbook {opts['playbook']}: no such file")
         seed = opts["seed"] if opts["seed"] is not None else random.randrange(1_000_000)
         self.stdout.write(f"kill test: seed {seed}, {opts['rounds']} rounds x {opts['items']} items x "
-                          f"{opts['workers']} workers, {keys}, channel {opts['channel']}, "
+                          f"{opts['workers']} workers x {opts['threads']} slots, {keys}, channel {opts['channel']}, "
                           f"faults {','.join(sorted(faults)) or 'none'}")
         report = run_killtest(rounds=opts["rounds"], items=opts["items"], workers=opts["workers"], seed=seed,
                               sandbox_keys=opts["sandbox_keys"] or "honor", channel=opts["channel"], faults=faults,
                               crash_probability=opts["crash_probability"], round_timeout=opts["round_timeout"],
                               helpdesk_faults=helpdesk_faults, fault_seconds=opts["fault_seconds"],
                               gateway_share=opts["gateway_share"], playbook=playbook,
-                              rehearsals=opts["rehearsals"], out=self.stdout)
+                              rehearsals=opts["rehearsals"], threads=opts["threads"], out=self.stdout)
         self.stdout.write(report.table())
         for problem in report.problems[:50]:
             self.stdout.write(f"  problem: {problem}")

@@ -1,0 +1,123 @@
+"""Items in flight per worker process: a model at 2 s per call, one process with WORKER_THREADS slots, beside
+today's one-item-per-process workers and DBOS Transact running the same pipeline at the same concurrency.
+
+An item makes three model calls, so with C items in flight the ideal is
+C / (3 x call seconds) items/s (C / 6 s at 2 s a call). Each run sends
+`inflight_rounds` x C tickets, so every slot runs several items and the
+ramp-up weighs little. Memory is the peak RSS of all the processes of a
+side, sampled once a second: per item in flight, what a slot costs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from django.db import connection
+
+from ops.bench.dbos_peer import DbosPeer
+from ops.bench.latency import RssSampler
+from ops.bench.workload import task_outcome, wait_task_ended
+from ops.samples import ticket_rows
+from ticketagent.services.tasks import task_create
+
+if TYPE_CHECKING:
+    from ops.bench.runner import Bench
+
+
+def run(bench: Bench) -> None:
+    s = bench.sizes
+    call = s.inflight_call_seconds
+    bench.log(f"== in flight: a model at {call:g} s per call (3 calls an item: ideal C / {3 * call:g} s items/s)")
+    bench.results.raw.setdefault("inflight", {})
+    room = _connections_free()
+    server, base_url = bench.procs.start_model_server(call)
+    env = {"OPENAI_API_KEY": "bench-key", "OPENAI_BASE_URL": base_url, "OPENAI_TIMEOUT": str(max(30.0, call * 5))}
+    try:
+        for threads in s.inflight_threads:
+            if threads + 10 > room:
+                bench.results.notes.append(f"in flight: {threads} slots need {threads + 10} PostgreSQL connections, "
+                                           f"{room} are free (max_connections): not run")
+                continue
+            _ours(bench, env, processes=1, threads=threads)
+        for processes in s.inflight_processes:
+            _ours(bench, env, processes=processes, threads=1)
+        peer = DbosPeer(bench)
+        try:
+            for threads in s.inflight_peer:
+                if 2 * threads + 10 > room:
+                    bench.results.notes.append(f"in flight, DBOS: {threads} workflows at once need about "
+                                               f"{2 * threads + 10} connections, {room} are free: not run")
+                    continue
+                _peer(bench, peer, env, threads)
+        finally:
+            peer.close()
+    finally:
+        bench.procs.stop_other(server)
+
+
+def _connections_free() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('max_connections')::int - count(*) - 3 FROM pg_stat_activity")
+        return int(cursor.fetchone()[0])
+
+
+def _row(bench: Bench, side: str, in_flight: int, n: int, seconds: float, rss_mb: float, valid: bool) -> None:
+    s = bench.sizes
+    ips = n / seconds
+    ideal = in_flight / (3 * s.inflight_call_seconds)
+    per = rss_mb / in_flight
+    bench.results.raw["inflight"][f"{side}-{in_flight}"] = {
+        "items": n, "in_flight": in_flight, "items_per_s": ips, "ideal": ideal, "rss_mb": rss_mb,
+        "rss_mb_per_item_in_flight": per}
+    bench.log(f"  {side}, {in_flight} in flight, {n} items: {ips:.2f} items/s (ideal {ideal:.2f}) = "
+              f"{ips / ideal:.2f}×; RSS {rss_mb:.0f} MB in all, {per:.1f} MB per item in flight")
+    bench.results.add("28", f"{side}: {in_flight} in flight, model {s.inflight_call_seconds:g} s/call, {n} tickets",
+                      f"{ips:.2f} items/s = **{ips / ideal:.2f}×** ideal; RSS {rss_mb:.0f} MB "
+                      f"({per:.1f} MB per item in flight)" + ("" if valid else " (INVALID, see notes)"),
+                      "≥ 0.85× ideal", valid and ips / ideal >= 0.85)
+
+
+def _ours(bench: Bench, env: dict, *, processes: int, threads: int) -> None:
+    s = bench.sizes
+    in_flight = processes * threads
+    n = s.inflight_rounds * in_flight
+    procs = bench.procs.start_workers(processes, {**env, "WORKER_THREADS": str(threads)})
+    bench.procs.wait_workers_ready(procs)
+    time.sleep(0.5)
+    sampler = RssSampler(procs)
+    sampler.start()
+    t0 = time.time()
+    tag = f"F{processes}x{threads}"
+    task = task_create(rows=ticket_rows(n, tag, bench.rng), name=f"bench in flight {processes}x{threads}",
+                       allow_auto_close=True, failure_threshold=n + 1)
+    end = wait_task_ended(task.pk, n, timeout=120 + 3 * n * s.inflight_call_seconds * 3 / in_flight)
+    sampler.stop()
+    bench.procs.stop_workers(procs)
+    outcome = task_outcome(task.pk)
+    valid = outcome.get("done", 0) == n
+    if not valid:
+        bench.results.notes.append(f"in flight, {processes}x{threads}: items ended {outcome} (logs: {bench.workdir})")
+    side = (f"ours, 1 process × WORKER_THREADS={threads}" if processes == 1
+            else f"ours, {processes} processes × 1 item (today's workers)")
+    _row(bench, side, in_flight, n, end - t0, sum(sampler.peak_rss.values()) / 2**20, valid)
+
+
+def _peer(bench: Bench, peer: DbosPeer, env: dict, threads: int) -> None:
+    s = bench.sizes
+    n = s.inflight_rounds * threads
+    children = peer.start(1, {**env, "PEER_CONCURRENCY": str(threads)})
+    sampler = RssSampler(children)
+    sampler.start()
+    try:
+        peer.forget_runs()
+        done = peer.wait(peer.submit(ticket_rows(n, f"D{threads}", bench.rng), f"inflight-{threads}"),
+                         timeout=120 + 3 * n * s.inflight_call_seconds * 3 / threads)
+    finally:
+        sampler.stop()
+        peer.stop(children)
+    valid = done.statuses.get("SUCCESS", 0) == n
+    if not valid:
+        bench.results.notes.append(f"in flight, DBOS {threads}: workflows ended {done.statuses}")
+    _row(bench, f"DBOS Transact, 1 process × {threads} workflows", threads, n, done.ended - done.submitted,
+         sum(sampler.peak_rss.values()) / 2**20, valid)
