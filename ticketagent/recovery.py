@@ -138,7 +138,7 @@ def requeue_lost_jobs(now) -> int:
             next_attempt.append((pk, attempt, task_id))
         elif status == "started" and started_at and _rq_time(started_at) < now - stuck_after:
             next_attempt.append((pk, attempt, task_id))  # its worker died before leasing the item
-        elif status == "queued" and enqueued_at < now - stuck_after * 5 and conn.lpos(
+        elif status == "queued" and enqueued_at < now - stuck_after * 2 and conn.lpos(
                 queue.key, jobs.job_id(pk, attempt)) is None:
             next_attempt.append((pk, attempt, task_id))  # popped by a worker that died at once
     return _enqueue_again(same_attempt) + _requeue_next_attempt(next_attempt)

@@ -179,69 +179,78 @@ class SimpleWorker(StopNoted, CommandChannelWatchdog, RQSimpleWorker):
 
     A model call is waiting, not work: one process can hold many items in
     flight. The main thread dequeues a job only when one of the process's
-    slots is free and hands it to that slot's thread (each with its own
+    threads is free and hands it to that thread (each with its own
     database connection, kept between jobs); every job is still one item,
     under its own lease (one heartbeat thread renews them all:
     `pipeline.lease.HEARTBEATS`). A stop (SIGTERM) takes no job more and
     waits for the items in flight to finish; a second one, or a SIGKILL,
     ends them all at once, and each is taken over when its lease expires,
     as for a worker that held one. In burst mode the worker quits once the
-    queue is empty and no slot is busy (an item in flight may enqueue more:
+    queue is empty and no thread is busy (an item in flight may enqueue more:
     its task's window)."""
 
     death_penalty_class = NoDeathPenalty
 
     def work(self, burst: bool = False, **kwargs):
-        self.slots = settings.WORKER_THREADS
+        self.threads = settings.WORKER_THREADS
         self._handed: queue.SimpleQueue = queue.SimpleQueue()
         self._busy = 0
         self._changed = threading.Condition()
         self._burst = burst
-        for number in range(self.slots):
-            threading.Thread(target=self._slot, name=f"slot-{number}", daemon=True).start()
+        for number in range(self.threads):
+            threading.Thread(target=self._thread_loop, name=f"item-thread-{number}", daemon=True).start()
         return super().work(burst=burst, **kwargs)
 
     def register_birth(self):
         super().register_birth()
-        self.connection.hset(self.key, "slots", self.slots)  # the Workers page shows the slots in use
+        self.connection.hset(self.key, "threads", self.threads)  # the Workers page shows those busy
 
     def _wait_until(self, ready) -> None:
-        """Wait (heartbeating the worker) until `ready()` holds for the slots."""
+        """Wait (heartbeating the worker) until `ready()` holds for the threads."""
         while True:
             with self._changed:
                 if ready() or self._changed.wait_for(ready, timeout=5):
                     return
             self.heartbeat()
 
+    def _held(self) -> int:
+        """Jobs this process holds: running in a thread, or handed over and about to."""
+        return self._busy + self._handed.qsize()
+
     def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
         while True:
-            self._wait_until(lambda: self._busy < self.slots)
-            busy_before = self._busy
+            self._wait_until(lambda: self._held() < self.threads)
+            held_before = self._held()
             result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-            if result is not None or not self._burst or busy_before == 0:
+            if result is not None or not self._burst or held_before == 0:
                 return result
             # burst, the queue empty: the items in flight may still enqueue more; ask again when one ends
-            self._wait_until(lambda before=busy_before: self._busy < before)
+            self._wait_until(lambda before=held_before: self._held() < before)
 
     def execute_job(self, job, queue):
-        with self._changed:
-            self._busy += 1
+        # one call: a stop signal (raised in this, the main thread) cannot fall between a count and the hand-over
         self._handed.put((job, queue))
+        with self._changed:
+            self._changed.notify_all()
 
-    def _slot(self) -> None:
+    def _thread_loop(self) -> None:
         while True:
-            job, job_queue = self._handed.get()
+            with self._changed:  # taken and counted at once: the main thread never sees a thread free too soon
+                while self._handed.empty():
+                    self._changed.wait(timeout=1)
+                job, job_queue = self._handed.get_nowait()
+                self._busy += 1
             try:
                 self.perform_job(job, job_queue, self.prepare_execution(job))
             except Exception:  # noqa: BLE001 - perform_job records a job's own failure; this is rq's bookkeeping
-                self.log.exception("Worker %s: job %s: the slot's bookkeeping failed", self.name, job.id)
+                self.log.exception("Worker %s: job %s: the thread's bookkeeping failed", self.name, job.id)
             finally:
                 with self._changed:
                     self._busy -= 1
                     self._changed.notify_all()
 
     def _shutdown(self):
-        """A stop takes effect at once in the main thread, busy slots or not: no job more is taken."""
+        """A stop takes effect at once in the main thread, busy threads or not: no job more is taken."""
         self._stop_requested = True
         self.set_shutdown_requested_date()
         raise StopRequested()
@@ -256,5 +265,5 @@ class SimpleWorker(StopNoted, CommandChannelWatchdog, RQSimpleWorker):
 
     def teardown(self):
         if hasattr(self, "_changed"):
-            self._wait_until(lambda: self._busy == 0)  # a warm stop finishes what the slots hold
+            self._wait_until(lambda: self._held() == 0)  # a warm stop finishes what the threads hold
         super().teardown()

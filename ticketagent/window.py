@@ -47,29 +47,29 @@ UPDATE {item} SET enqueued_at = %s FROM picked WHERE {item}.id = picked.id RETUR
 
 
 def window_size() -> int:
-    """QUEUE_WINDOW, or twice the slots of the workers rq knows (each runs WORKER_THREADS items at once; counted
+    """QUEUE_WINDOW, or twice the item threads of the workers rq knows (each runs WORKER_THREADS items at once; counted
     at most every 10 s), at least 4."""
     if settings.QUEUE_WINDOW:
         return settings.QUEUE_WINDOW
     now = time.monotonic()
     if now - _workers["at"] > WORKER_COUNT_SECONDS:
         try:
-            _workers["count"] = _slots_known()
+            _workers["count"] = _threads_known()
         except Exception:  # noqa: BLE001 - Redis down: nothing can be sent anyway
             _workers["count"] = 0
         _workers["at"] = now
     return max(4, 2 * _workers["count"])
 
 
-def _slots_known() -> int:
-    """The slots of the workers on the queue (a worker that does not say how many has one)."""
+def _threads_known() -> int:
+    """The item threads (WORKER_THREADS) of the workers on the queue (a worker that does not say how many has one)."""
     queue = jobs.get_queue()
     keys = [worker.key for worker in Worker.all(queue=queue)]
     with queue.connection.pipeline(transaction=False) as pipe:
         for key in keys:
-            pipe.hget(key, "slots")
-        slots = pipe.execute()
-    return sum(int(value) if value and value.isdigit() else 1 for value in slots)
+            pipe.hget(key, "threads")
+        threads = pipe.execute()
+    return sum(int(value) if value and value.isdigit() else 1 for value in threads)
 
 
 def window_refill(task_id: int, *, size: int | None = None, front: bool = False) -> int:

@@ -1,11 +1,12 @@
-"""Items in flight per worker process: a model at 2 s per call, one process with WORKER_THREADS slots, beside
+"""Items in flight per worker process: a model at 2 s per call, one process with WORKER_THREADS item threads,
+beside
 today's one-item-per-process workers and DBOS Transact running the same pipeline at the same concurrency.
 
 An item makes three model calls, so with C items in flight the ideal is
 C / (3 x call seconds) items/s (C / 6 s at 2 s a call). Each run sends
-`inflight_rounds` x C tickets, so every slot runs several items and the
+`inflight_rounds` x C tickets, so every thread runs several items and the
 ramp-up weighs little. Memory is the peak RSS of all the processes of a
-side, sampled once a second: per item in flight, what a slot costs.
+side, sampled once a second: per item in flight, what a thread costs.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def run(bench: Bench) -> None:
     try:
         for threads in s.inflight_threads:
             if threads + 10 > room:
-                bench.results.notes.append(f"in flight: {threads} slots need {threads + 10} PostgreSQL connections, "
+                bench.results.notes.append(f"in flight: {threads} threads need {threads + 10} PostgreSQL connections, "
                                            f"{room} are free (max_connections): not run")
                 continue
             _ours(bench, env, processes=1, threads=threads)

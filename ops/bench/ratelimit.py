@@ -30,12 +30,12 @@ def _counts(base_url: str) -> dict:
 
 def run(bench: Bench) -> None:
     s = bench.sizes
-    n, rpm, slots = s.ratelimit_items, s.ratelimit_rpm, s.ratelimit_slots
+    n, rpm, threads = s.ratelimit_items, s.ratelimit_rpm, s.ratelimit_threads
     bound = 3 * n / rpm * 60
     bench.log(f"== rate limit: {n} tickets against a model allowing {rpm} requests a minute (429 past it): "
-              f"{3 * n} calls, the limit's own bound {bound:.0f} s; 1 worker × {slots} slots")
+              f"{3 * n} calls, the limit's own bound {bound:.0f} s; 1 worker × {threads} threads")
     server, base_url = bench.procs.start_model_server(s.ratelimit_call_seconds, rpm=rpm)
-    env = {"OPENAI_API_KEY": "bench-key", "OPENAI_BASE_URL": base_url, "WORKER_THREADS": str(slots),
+    env = {"OPENAI_API_KEY": "bench-key", "OPENAI_BASE_URL": base_url, "WORKER_THREADS": str(threads),
            "MODEL_WAIT_SECONDS": "120"}
     try:
         procs = bench.procs.start_workers(1, env)
@@ -58,7 +58,7 @@ def run(bench: Bench) -> None:
     bench.log(f"  {seconds:.0f} s = {seconds / bound:.2f}× the bound; items {outcome}; {counts['completions']} "
               f"requests, {counts['rate_limited']} answered 429 ({refused:.2%})")
     done = outcome.get("done", 0) == n
-    bench.results.add("28", f"{n} tickets, model API at {rpm} requests/min (429 past it), 1 worker × {slots}",
+    bench.results.add("28", f"{n} tickets, model API at {rpm} requests/min (429 past it), 1 worker × {threads} threads",
                       f"**{seconds / bound:.2f}×** the limit's bound ({seconds:.0f} s of {bound:.0f} s); "
                       f"{failed} failed; {refused:.2%} of calls answered 429",
                       "≤ 1.1×, 0 failed, ≤ 1% 429", done and seconds <= 1.1 * bound and not failed and refused <= 0.01)

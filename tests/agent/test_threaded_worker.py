@@ -2,8 +2,8 @@
 
 Leases, fencing and recovery keep their meaning: a SIGKILL of the process
 ends every item it holds and each is taken over; a SIGTERM takes no job more
-and finishes what the slots hold; a burst worker quits only once the queue is
-empty and no slot is busy.
+and finishes what its threads hold; a burst worker quits only once the queue is
+empty and no thread is busy.
 """
 
 import signal
@@ -18,12 +18,12 @@ from ..factories import make_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SLOTS = 8
+THREADS = 8
 
 
 @pytest.fixture
 def slow_model(openai_server):
-    """The fake model answering each call after 0.5 s: items overlap in a worker's slots."""
+    """The fake model answering each call after 0.5 s: items overlap in a worker's threads."""
     openai_server.latency = 0.5
     yield openai_server
     openai_server.latency = 0.0
@@ -58,19 +58,19 @@ class Peak:
 def test_one_burst_worker_runs_many_items_at_once_and_quits_when_all_are_done(slow_model, workers, sandbox):
     task = make_task(24)
     with Peak(task) as peak:
-        assert workers.burst(extra_env={**slow_model.worker_env, "WORKER_THREADS": str(SLOTS)}) == 0, \
+        assert workers.burst(extra_env={**slow_model.worker_env, "WORKER_THREADS": str(THREADS)}) == 0, \
             workers.logs()
     task.refresh_from_db()
     assert task.status == TaskStatus.COMPLETED, workers.logs()
-    assert peak.most > 4, "items overlap in one process, beyond a window of twice one worker (it counts slots)"
-    assert peak.most <= SLOTS, "never more than the process's slots"
+    assert peak.most > 4, "items overlap in one process, beyond a window of twice one worker (it counts threads)"
+    assert peak.most <= THREADS, "never more than the process's threads"
     counts = sandbox.counts()
     assert counts["duplicates"] == 0 and counts["by_endpoint"]["notify"] == 24
 
 
 def test_a_killed_process_holding_many_items_has_each_taken_over(slow_model, workers, sandbox):
     task = make_task(12)
-    env = {**slow_model.worker_env, "WORKER_THREADS": str(SLOTS)}
+    env = {**slow_model.worker_env, "WORKER_THREADS": str(THREADS)}
     [victim] = workers.start(1, extra_env=env)
     wait_for(lambda: task.items.filter(status=ItemStatus.RUNNING).count() >= 4, timeout=60, interval=0.05,
              message="several items in flight in one process")
@@ -87,7 +87,7 @@ def test_a_killed_process_holding_many_items_has_each_taken_over(slow_model, wor
     assert sandbox.counts()["duplicates"] == 0, "no effect twice"
 
 
-def test_a_stop_takes_no_job_more_and_finishes_what_the_slots_hold(slow_model, workers, sandbox):
+def test_a_stop_takes_no_job_more_and_finishes_what_its_threads_hold(slow_model, workers, sandbox):
     task = make_task(40)
     [worker] = workers.start(1, extra_env={**slow_model.worker_env, "WORKER_THREADS": "4"})
     wait_for(lambda: task.items.filter(status=ItemStatus.RUNNING).count() >= 2, timeout=60, interval=0.05,

@@ -1,4 +1,4 @@
-"""Operators see the workers and the queue: each worker's host, PID, kind, items in flight of its slots and heartbeat;
+"""Operators see the workers and the queue: each worker's host, PID, kind, items in flight of its threads and heartbeat;
 the queue's depth per task; items whose lease expired and what recovery did with them.
 
 Before: django-rq's pages were staff-only and showed nothing of items or leases."""
@@ -34,7 +34,7 @@ def test_an_operator_sees_each_worker_its_item_the_queue_and_the_recoveries(page
     expect(row.locator("time")).to_have_count(2)  # started, last heartbeat
     expect(row).to_contain_text("T-", timeout=30_000)  # its current item, by ticket (the page polls)
     expect(row).to_contain_text(f"task {busy.pk}")
-    expect(row.locator(".slots")).to_have_text(re.compile(r"^[1-4] of 4 slots in use$"))
+    expect(row.locator(".threads")).to_have_text(re.compile(r"^[1-4] of 4 threads busy$"))
     expect(page.locator(f"#depth-{held.pk}")).to_contain_text("3 held: the task is paused")
 
     # a lease nobody renews: shown as expired, then taken over by the sweep and requeued

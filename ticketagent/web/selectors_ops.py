@@ -29,7 +29,7 @@ class WorkerRow:
     state: str
     last_heartbeat: object
     born: object
-    slots: int = 1  # items it may run at once (WORKER_THREADS; a forking worker: 1)
+    threads: int = 1  # items it may run at once (WORKER_THREADS; a forking worker: 1)
     items: list[Item] = field(default_factory=list)  # the items it holds: running under its lease (the database's)
 
     @property
@@ -64,11 +64,11 @@ def _rq_workers(ops: Operations) -> None:
     ops.started_jobs = queue.started_job_registry.count
     ops.failed_jobs = queue.failed_job_registry.count
     for worker in Worker.all(queue=queue):
-        slots = worker.connection.hget(worker.key, "slots")
+        threads = worker.connection.hget(worker.key, "threads")
         ops.workers.append(WorkerRow(
             name=worker.name, host=worker.hostname or "?", pid=worker.pid, kind=_worker_kind(worker.name),
             state=worker.get_state(), last_heartbeat=worker.last_heartbeat, born=worker.birth_date,
-            slots=int(slots) if slots and slots.isdigit() else 1))
+            threads=int(threads) if threads and threads.isdigit() else 1))
 
 
 def operations_overview() -> Operations:

@@ -93,7 +93,7 @@ class Command(BaseCommand):
             raise CommandError(f"--playbook {opts['playbook']}: no such file")
         seed = opts["seed"] if opts["seed"] is not None else random.randrange(1_000_000)
         self.stdout.write(f"kill test: seed {seed}, {opts['rounds']} rounds x {opts['items']} items x "
-                          f"{opts['workers']} workers x {opts['threads']} slots, {keys}, channel {opts['channel']}, "
+                          f"{opts['workers']} workers x {opts['threads']} threads, {keys}, channel {opts['channel']}, "
                           f"faults {','.join(sorted(faults)) or 'none'}")
         report = run_killtest(rounds=opts["rounds"], items=opts["items"], workers=opts["workers"], seed=seed,
                               sandbox_keys=opts["sandbox_keys"] or "honor", channel=opts["channel"], faults=faults,
