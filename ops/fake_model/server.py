@@ -299,9 +299,11 @@ class FakeOpenAIServer:
         with self._lock:
             if self._minute[0] != minute:
                 self._minute = [minute, 0]
-            if self._minute[1] >= self.rpm:
-                return {**self.rpm_headers(), "retry-after": f"{60 * (minute + 1) - time.time():.3f}"}
-            self._minute[1] += 1
+            spent = self._minute[1] >= self.rpm
+            if not spent:
+                self._minute[1] += 1
+        if spent:  # (the headers take the lock themselves)
+            return {**self.rpm_headers(), "retry-after": f"{60 * (minute + 1) - time.time():.3f}"}
         return None
 
     def rpm_headers(self) -> dict:
