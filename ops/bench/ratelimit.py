@@ -39,12 +39,14 @@ def run(bench: Bench) -> None:
            "MODEL_WAIT_SECONDS": "120"}
     try:
         procs = bench.procs.start_workers(1, env)
+        sweep = bench.procs.start_recovery(env)  # as deployed: an item of a worker that dies is taken over
         bench.procs.wait_workers_ready(procs)
         t0 = time.time()
         task = task_create(rows=ticket_rows(n, "RL", bench.rng), name=f"bench rate limit {rpm}/min",
                            allow_auto_close=True, failure_threshold=n + 1)
         end = wait_task_ended(task.pk, n, timeout=bound * 2 + 120)
         bench.procs.stop_workers(procs)
+        bench.procs.stop_other(sweep)
         counts = _counts(base_url)
     finally:
         bench.procs.stop_other(server)
