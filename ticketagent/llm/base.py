@@ -11,6 +11,7 @@ from ticketagent.llm.schemas import Reply
 
 class ModelError(Exception):
     KINDS = {
+        # rate_limit, timeout, connection: no longer raised (the governor waits them out); kept for older items
         "rate_limit": "model rate limit",
         "timeout": "model timeout",
         "connection": "model connection error",

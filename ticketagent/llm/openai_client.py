@@ -135,20 +135,11 @@ class OpenAIModel:
         return failures
 
     def _classify(self, exc: Exception) -> ModelError:
+        """What needs a person: a refused request or credentials, an answer that does not fit. (429, 5xx,
+        408/409, timeouts and dropped connections never get here: `_create()` waits them out.)"""
         o = self._openai
-        if isinstance(exc, o.RateLimitError):
-            return ModelError("rate_limit", f"rate limited by the model API (HTTP {exc.status_code})")
-        if isinstance(exc, o.APITimeoutError):
-            return ModelError("timeout", "the model API did not answer in time")
-        if isinstance(exc, o.APIConnectionError):
-            return ModelError("connection", "could not reach the model API")
         if isinstance(exc, (o.AuthenticationError, o.PermissionDeniedError)):
             return ModelError("auth", f"the model API refused the credentials (HTTP {exc.status_code})")
-        if isinstance(exc, o.APIStatusError) and exc.status_code == 408:
-            return ModelError("timeout", "the model API timed out the request (HTTP 408)")
-        if isinstance(exc, o.InternalServerError) or (
-                isinstance(exc, o.APIStatusError) and (exc.status_code >= 500 or exc.status_code == 409)):
-            return ModelError("server", f"the model API failed (HTTP {exc.status_code})")
         if isinstance(exc, o.APIStatusError):
             return ModelError("bad_request", f"the model API rejected the request (HTTP {exc.status_code})")
         if isinstance(exc, ValidationError):
