@@ -88,10 +88,10 @@ class Governor:
 
     # -- waiting for a turn ----------------------------------------------------------
     @contextmanager
-    def turn(self, *, give_up: float, estimate: int = 0):
+    def turn(self, *, give_up: float):
         """Wait for the turn to send one request (Waited once the monotonic clock reaches `give_up`: one
         call's MODEL_WAIT_SECONDS, however many turns it takes); the slot is released however it ends."""
-        turn = self._wait(estimate, give_up)
+        turn = self._wait(give_up)
         try:
             yield turn
         finally:
@@ -99,10 +99,10 @@ class Governor:
             if turn.probing:
                 self.r.delete(self._k("probe"))
 
-    def _wait(self, estimate: int, give_up: float) -> Turn:
+    def _wait(self, give_up: float) -> Turn:
         token = secrets.token_hex(8)
         while True:
-            pause, why = self._obstacle(estimate)
+            pause, why = self._obstacle()
             if pause <= 0:
                 probing = why == "probe"
                 if self._take_slot(token):
@@ -115,7 +115,7 @@ class Governor:
                 raise Waited(why)
             time.sleep(min(pause, left, 1.0))
 
-    def _obstacle(self, estimate: int) -> tuple[float, str]:
+    def _obstacle(self) -> tuple[float, str]:
         """What stands before a request now: (seconds to wait, why); (0, "probe") when this caller may
         probe a down endpoint, (0, "") when nothing does."""
         now = self.now()
@@ -130,7 +130,7 @@ class Governor:
         rpm, tpm = self._limits()
         if rpm and int(self.r.get(self._k(f"rpm:{minute}")) or 0) >= rpm:
             return 60 * (minute + 1) - now, f"the requests of this minute reached OPENAI_RPM={rpm}"
-        if tpm and int(self.r.get(self._k(f"tpm:{minute}")) or 0) + estimate > tpm:
+        if tpm and int(self.r.get(self._k(f"tpm:{minute}")) or 0) > tpm:
             return 60 * (minute + 1) - now, f"the tokens of this minute reached OPENAI_TPM={tpm}"
         return 0, ""
 
