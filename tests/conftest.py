@@ -125,8 +125,8 @@ class Workers:
         self.log_dir = log_dir
         self.procs = Processes(env=env, log_dir=log_dir)
 
-    def start(self, n: int = 1, *, extra_env: dict | None = None) -> list[Child]:
-        return [self.procs.start("worker", [sys.executable, "manage.py", "worker"], env=extra_env)
+    def start(self, n: int = 1, *, extra_env: dict | None = None, args: tuple[str, ...] = ()) -> list[Child]:
+        return [self.procs.start("worker", [sys.executable, "manage.py", "worker", *args], env=extra_env)
                 for _ in range(n)]
 
     def start_recovery(self) -> Child:

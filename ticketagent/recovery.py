@@ -114,6 +114,11 @@ def continue_waiting_items() -> int:
     return sum(item_continue(item_id=pk, actor="recovery") for pk in waiting)
 
 
+# why a queued item was sent again without a lease having expired (the Workers page lists these recoveries too)
+JOB_MISSING = "its job was missing from Redis"
+JOB_STUCK = "its job can no longer take the item"
+
+
 def requeue_lost_jobs(now) -> int:
     """Queued items whose job cannot run any more: missing from Redis, ended
     without taking the item, or taken by a worker that died before leasing it."""
@@ -150,7 +155,7 @@ def _enqueue_again(lost: list[tuple[int, int, int]]) -> int:
         return 0
     with transaction.atomic():
         events_append([Event(task_id=task_id, item_id=pk, type=EventType.ITEM_REQUEUED, actor="recovery",
-                             payload={"attempt": attempt, "why": "its job was missing from Redis"})
+                             payload={"attempt": attempt, "why": JOB_MISSING})
                        for pk, attempt, task_id in lost])
         Item.objects.filter(pk__in=[pk for pk, _, _ in lost]).update(enqueued_at=None)
     return len(lost)
@@ -168,7 +173,7 @@ def _requeue_next_attempt(stuck: list[tuple[int, int, int]]) -> int:
             queued = Item.objects.select_for_update(no_key=True).filter(pk__in=attempts, status=ItemStatus.QUEUED)
             items = [item for item in queued
                      if item.attempt == attempts[item.pk]]  # unchanged since we looked
-            n += len(items_requeue(task, items, actor="recovery", why="its job can no longer take the item"))
+            n += len(items_requeue(task, items, actor="recovery", why=JOB_STUCK))
     return n
 
 

@@ -142,6 +142,68 @@ def _probe_timeout(interval: float) -> float:
     return max(1.0, min(5.0, interval / 2))
 
 
+# The worker's own sign of life in its rq hash: the Redis server's clock (seconds), so hosts' clocks do not matter.
+# rq's own heartbeat comes between jobs (an idle worker's every WORKER_TTL - 15 s) and its key outlives a killed
+# worker by minutes: the Workers page and /readyz would count the dead as alive.
+_SAY_ALIVE = """
+if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'death') == 0 then
+  redis.call('HSET', KEYS[1], 'seen', redis.call('TIME')[1])
+  if redis.call('TTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+end
+"""
+_LAST_SEEN = """
+local now = tonumber(redis.call('TIME')[1])
+local out = {}
+for i, key in ipairs(KEYS) do
+  local seen = redis.call('HGET', key, 'seen')
+  if seen then out[i] = tostring(now - tonumber(seen)) else out[i] = '' end
+end
+return out
+"""
+
+
+def seconds_since_seen(connection: redis.Redis, keys: list[str]) -> list[float | None]:
+    """For each worker key, seconds since its process last said it was alive (None: a worker that never says so)."""
+    if not keys:
+        return []
+    answers = connection.eval(_LAST_SEEN, len(keys), *keys)
+    return [float(a) if a not in (b"", "") else None for a in answers]
+
+
+def is_alive(seconds_since: float | None) -> bool:
+    """Alive: heard from within one lease time (a worker silent that long has lost every lease it held)."""
+    return seconds_since is None or seconds_since <= settings.LEASE_SECONDS
+
+
+class SignOfLife:
+    """Mixin for an rq worker: its kind at birth and, every HEARTBEAT_SECONDS from a thread of its own, the time
+    it was last seen alive (a killed or paused process stops saying so; the key still expires as rq's does)."""
+
+    kind = "unknown"
+
+    def register_birth(self):
+        super().register_birth()
+        self.connection.hset(self.key, "kind", self.kind)
+        self._say_alive_once()
+        self._alive_stop = threading.Event()
+        threading.Thread(target=self._say_alive, name="sign-of-life", daemon=True).start()
+
+    def register_death(self):
+        if hasattr(self, "_alive_stop"):
+            self._alive_stop.set()
+        super().register_death()
+
+    def _say_alive_once(self) -> None:
+        self.connection.eval(_SAY_ALIVE, 1, self.key, int(self.worker_ttl) + 60)
+
+    def _say_alive(self) -> None:
+        while not self._alive_stop.wait(settings.HEARTBEAT_SECONDS):
+            try:
+                self._say_alive_once()
+            except Exception as exc:  # noqa: BLE001 - Redis away: said again on the next beat
+                self.log.debug("Worker %s: sign of life not written: %s", self.name, exc)
+
+
 class StopNoted:
     """Mixin for an rq worker: a stop signal is noted before rq acts on it.
 
@@ -158,8 +220,10 @@ class StopNoted:
         super()._shutdown()
 
 
-class Worker(StopNoted, CommandChannelWatchdog, RQWorker):
+class Worker(SignOfLife, StopNoted, CommandChannelWatchdog, RQWorker):
     """rq's forking worker (WORKER_FORK=true) with a checked command channel."""
+
+    kind = "forking"
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -173,7 +237,7 @@ class NoDeathPenalty(BaseDeathPenalty):
         pass
 
 
-class SimpleWorker(StopNoted, CommandChannelWatchdog, RQSimpleWorker):
+class SimpleWorker(SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker):
     """rq's in-process worker (the default), running up to WORKER_THREADS jobs at once, with a checked command
     channel.
 
@@ -190,6 +254,7 @@ class SimpleWorker(StopNoted, CommandChannelWatchdog, RQSimpleWorker):
     its task's window)."""
 
     death_penalty_class = NoDeathPenalty
+    kind = "in-process"
 
     def work(self, burst: bool = False, **kwargs):
         self.threads = settings.WORKER_THREADS

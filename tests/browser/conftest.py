@@ -34,6 +34,20 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def _record_console_error(errors: list, msg) -> None:
+    """A script error, in the order the page logged it. Not recorded: a 4xx the test asked for ("Failed to load
+    resource") and a live view's request the browser abandoned because the test went to another page (htmx logs
+    "htmx:afterRequest" then "htmx:sendAbort" for it; an aborted request is no script error, and a failed one still
+    shows as "htmx:afterRequest" followed by "htmx:sendError" or "htmx:responseError")."""
+    if msg.type != "error" or msg.text.startswith("Failed to load resource"):
+        return
+    if msg.text.startswith("htmx:sendAbort"):
+        if errors and errors[-1].startswith("htmx:afterRequest"):
+            errors.pop()
+        return
+    errors.append(msg.text)
+
+
 @pytest.fixture(scope="package")
 def chromium():
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
@@ -82,8 +96,7 @@ def page(chromium, transactional_db, live_server, request):
     page.on("dialog", on_dialog)
     # JavaScript errors (a 4xx the test asked for also logs "Failed to load resource": not a script error)
     page.console_errors = []
-    page.on("console", lambda msg: msg.type == "error" and not msg.text.startswith("Failed to load resource")
-            and page.console_errors.append(msg.text))
+    page.on("console", lambda msg: _record_console_error(page.console_errors, msg))
     page.on("pageerror", lambda exc: page.console_errors.append(str(exc)))
     yield page
     report = getattr(request.node, "rep_call", None)

@@ -4,16 +4,21 @@ the queue's depth per task; items whose lease expired and what recovery did with
 Before: django-rq's pages were staff-only and showed nothing of items or leases."""
 
 import re
+import signal
+from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from playwright.sync_api import expect
+from rq.job import Job
 
+from ticketagent import jobs
 from ticketagent.models import Item, ItemStatus, Task, TaskStatus
 from ticketagent.recovery import recover_once
 
 from ..factories import make_task
-from .conftest import docs_screenshot, login
+from .conftest import assert_accessible, assert_fits_the_screen, docs_screenshot, login
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -49,3 +54,45 @@ def test_an_operator_sees_each_worker_its_item_the_queue_and_the_recoveries(page
     expect(recovered).to_contain_text("lease of gone-host:4242 taken over by recovery (lease expired)", timeout=15_000)
     expect(recovered).to_contain_text("requeued as attempt 2")
     docs_screenshot(page.locator("main"), "workers")
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_a_killed_worker_is_shown_dead_within_the_lease_time_and_never_busy(page, live_server, workers, sandbox,
+                                                                            alice, width):
+    """Before: a SIGKILLed worker stayed "busy" on an item another worker had finished for as long as rq's key
+    lived (minutes), /readyz counted it, a worker started with --name (as systemd starts them) was of kind
+    "unknown", and a job lost before its item started was recovered without a line on the page."""
+    sandbox.set_faults(latency_ms=3000)  # the worker is busy long enough to be killed in the middle of an item
+    [worker] = workers.start(1, extra_env={"WORKER_THREADS": "2"}, args=("--name", "ticketagent-worker-1"))
+    make_task(2, name="Busy batch")
+    login(page, "alice", "alice-pass-123")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto("/workers/")
+    row = page.locator(f"#worker-{worker.pid}")
+    expect(row).to_contain_text("in-process", timeout=30_000)  # its kind, though its name says nothing of it
+    expect(row).to_contain_text("busy", timeout=30_000)
+    assert page.request.get("/readyz").json()["workers"] == 1
+
+    workers.kill(worker, signal.SIGKILL)
+    # dead once silent for a lease time; the page polls every 5 s
+    expect(row.locator(".worker-dead")).to_have_text("dead", timeout=(settings.LEASE_SECONDS + 5 + 2) * 1000)
+    expect(row).to_contain_text("s ago")
+    expect(row.locator("td[data-label=State] time")).to_have_count(1)  # when it was last seen
+    expect(row.locator(".threads")).to_have_text("0 of 2 threads busy")
+    for _ in range(2):  # and it stays so, poll after poll, while rq's key lives on
+        page.wait_for_timeout(5_500)
+        expect(row.locator("td[data-label=State]")).not_to_contain_text("busy")
+    assert page.request.get("/readyz").json()["workers"] == 0
+    assert_accessible(page, "the Workers page with a dead worker")
+    assert_fits_the_screen(page, "the Workers page with a dead worker")
+
+    # a job lost before its item started (gone from Redis): the sweep sends it again, and the page says so
+    lost = make_task(1, name="Lost batch", prefix="L")
+    item = lost.items.get()
+    jobs.get_queue().connection.delete(Job.key_for(jobs.job_id(item.pk, item.attempt)))
+    Item.objects.filter(pk=item.pk).update(enqueued_at=timezone.now() - timedelta(hours=1))
+    recover_once()
+    page.reload()
+    expect(page.locator(".recoveries li", has_text="L-1")).to_contain_text(
+        "job lost before its item started (its job was missing from Redis) → sent again by recovery as attempt 1")
+    assert page.console_errors == []

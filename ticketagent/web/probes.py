@@ -67,11 +67,14 @@ def _redis() -> tuple[str, int | None]:
     from rq import Worker
     from rq.queue import Queue
 
+    from ticketagent.rqworker import is_alive, seconds_since_seen
+
     try:
         conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
         conn.ping()
-        workers = len(Worker.all(queue=Queue(settings.RQ_QUEUE, connection=conn)))  # expired keys left out
-        return "ok", workers
+        registered = Worker.all(queue=Queue(settings.RQ_QUEUE, connection=conn))  # expired keys left out
+        seen = seconds_since_seen(conn, [w.key for w in registered])
+        return "ok", sum(1 for s in seen if is_alive(s))  # a killed worker's key outlives it: not counted
     except Exception:  # noqa: BLE001
         return "unreachable", None
 

@@ -2,6 +2,7 @@
 
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from types import SimpleNamespace
 
 from django.db.models import Count, Q
@@ -13,10 +14,12 @@ from ticketagent import jobs
 from ticketagent.eventlog.merged import merge, transition_payload
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import effect_holds, step_name
+from ticketagent.recovery import JOB_MISSING, JOB_STUCK
+from ticketagent.rqworker import is_alive, seconds_since_seen
 
 log = logging.getLogger(__name__)
 
-# `manage.py worker` names its workers <kind>-<random>: the kind is read back from the name
+# `manage.py worker` writes its kind into rq's hash; a worker of an older release only into its default name
 WORKER_KINDS = {"inproc": "in-process", "fork": "forking"}
 
 
@@ -29,6 +32,7 @@ class WorkerRow:
     state: str
     last_heartbeat: object
     born: object
+    seen_ago: float | None = None  # seconds since the process last said it was alive (the Redis server's clock)
     threads: int = 1  # items it may run at once (WORKER_THREADS; a forking worker: 1)
     items: list[Item] = field(default_factory=list)  # the items it holds: running under its lease (the database's)
 
@@ -39,6 +43,10 @@ class WorkerRow:
     @property
     def more_items(self) -> int:
         return max(0, len(self.items) - 5)
+
+    @property
+    def last_seen(self):
+        return None if self.seen_ago is None else timezone.now() - timedelta(seconds=self.seen_ago)
 
 
 @dataclass
@@ -53,7 +61,9 @@ class Operations:
     recoveries: list[Event] = field(default_factory=list)
 
 
-def _worker_kind(name: str) -> str:
+def _worker_kind(written: bytes | None, name: str) -> str:
+    if written:
+        return written.decode()
     return WORKER_KINDS.get(name.split("-", 1)[0], "unknown (started outside manage.py worker)")
 
 
@@ -63,11 +73,15 @@ def _rq_workers(ops: Operations) -> None:
     ops.queue_length = queue.count
     ops.started_jobs = queue.started_job_registry.count
     ops.failed_jobs = queue.failed_job_registry.count
-    for worker in Worker.all(queue=queue):
-        threads = worker.connection.hget(worker.key, "threads")
+    registered = Worker.all(queue=queue)
+    seen = seconds_since_seen(queue.connection, [w.key for w in registered])
+    for worker, seen_ago in zip(registered, seen, strict=True):
+        threads, kind = worker.connection.hmget(worker.key, "threads", "kind")
         ops.workers.append(WorkerRow(
-            name=worker.name, host=worker.hostname or "?", pid=worker.pid, kind=_worker_kind(worker.name),
-            state=worker.get_state(), last_heartbeat=worker.last_heartbeat, born=worker.birth_date,
+            name=worker.name, host=worker.hostname or "?", pid=worker.pid, kind=_worker_kind(kind, worker.name),
+            # silent for a lease time: killed, paused or cut off (its leases have expired; rq's key lives on)
+            state=worker.get_state() if is_alive(seen_ago) else "dead", seen_ago=seen_ago,
+            last_heartbeat=worker.last_heartbeat, born=worker.birth_date,
             threads=int(threads) if threads and threads.isdigit() else 1))
 
 
@@ -89,7 +103,7 @@ def operations_overview() -> Operations:
         if not item.expired:  # a lease owner is host:pid:random (pipeline.lease.worker_name)
             by_process.setdefault(":".join((item.lease_owner or "").split(":")[:2]), []).append(item)
     for worker in ops.workers:
-        worker.items = by_process.get(f"{worker.host}:{worker.pid}", [])
+        worker.items = [] if worker.state == "dead" else by_process.get(f"{worker.host}:{worker.pid}", [])
     ops.workers.sort(key=lambda w: (w.host, w.pid or 0))
     ops.depth = list(Item.objects.filter(status=ItemStatus.QUEUED).exclude(task__status__in=(
         TaskStatus.CANCELLED, TaskStatus.COMPLETED)).values("task_id", "task__name", "task__status")
@@ -101,15 +115,21 @@ def operations_overview() -> Operations:
 
 
 def recent_recoveries(n: int = 20) -> list[Event]:
-    """The sweep's (or a worker's) take-overs of expired leases, each with what followed: the item's requeue."""
-    recovered = list(Event.objects.filter(type=EventType.RECOVERED).select_related("item")
-                     .only("id", "payload", "actor", "timestamp", "task_id", "item__id", "item__ticket_id")
+    """The sweep's (or a worker's) take-overs of expired leases, each with what followed: the item's requeue; and
+    the jobs it sent again because no worker could run them any more (lost before their item started)."""
+    recovered = list(Event.objects.filter(Q(type=EventType.RECOVERED) | Q(
+        type=EventType.ITEM_REQUEUED, actor="recovery", payload__why__in=(JOB_MISSING, JOB_STUCK)))
+                     .select_related("item")
+                     .only("id", "type", "payload", "actor", "timestamp", "task_id", "item__id", "item__ticket_id")
                      .order_by("-id")[:n])
+    for r in recovered:
+        r.job_lost = r.type == EventType.ITEM_REQUEUED
+    recovered_leases = [r for r in recovered if not r.job_lost]
     after: dict[int, Event] = {}
-    if recovered:
-        for ev in Event.objects.filter(type=EventType.ITEM_REQUEUED, item__in=[r.item_id for r in recovered],
-                                       id__gt=min(r.id for r in recovered)).order_by("id"):
-            for r in recovered:
+    if recovered_leases:
+        for ev in Event.objects.filter(type=EventType.ITEM_REQUEUED, item__in=[r.item_id for r in recovered_leases],
+                                       id__gt=min(r.id for r in recovered_leases)).order_by("id"):
+            for r in recovered_leases:
                 if r.item_id == ev.item_id and ev.id > r.id and r.id not in after:
                     after[r.id] = ev
     for r in recovered:
