@@ -30,6 +30,8 @@ from rq.utils import now
 from rq.worker import SimpleWorker as RQSimpleWorker
 from rq.worker import Worker as RQWorker
 
+from ticketagent.stopping import process_stop
+
 PROBE_COMMAND = "ticketagent-probe"  # rq's handle_command ignores commands it does not know
 
 
@@ -217,6 +219,7 @@ class StopNoted:
 
     def _shutdown(self):
         self._stop_requested = True
+        process_stop()  # items in flight hand themselves back before their next model call
         super()._shutdown()
 
 
@@ -315,8 +318,10 @@ class SimpleWorker(SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker
                     self._changed.notify_all()
 
     def _shutdown(self):
-        """A stop takes effect at once in the main thread, busy threads or not: no job more is taken."""
+        """A stop takes effect at once in the main thread, busy threads or not: no job more is taken, and the
+        items in flight hand themselves back before their next model call (`ticketagent.stopping`)."""
         self._stop_requested = True
+        process_stop()
         self.set_shutdown_requested_date()
         raise StopRequested()
 

@@ -1,4 +1,10 @@
-"""`MODEL=local make run`: the model server is one more child of the stack, named in the banner, and Ctrl-C stops it."""
+"""`MODEL=local make run`: the model server is one more child of the stack, named in the banner, and Ctrl-C stops it
+-- and everything else -- with the model's calls in flight, within the grace and without a kill.
+
+Before: a worker's warm stop finished its items in flight, and the local model, which got the terminal's SIGINT
+too, still had a queue of their calls to answer: every Ctrl-C during a batch ended with "worker-1 did not stop
+within 10s; killing it". Now a stopping worker cuts its model calls in flight and hands each item back (a model
+call is no effect: the next attempt makes it again)."""
 
 import os
 import re
@@ -12,6 +18,7 @@ import psutil
 import pytest
 
 from ops import model
+from tests.factories import csv_batch
 from tests.conftest import skip_or_fail, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -23,14 +30,14 @@ def test_make_run_serves_the_local_model_and_ctrl_c_stops_it(tmp_path):
     if not model.is_built():
         skip_or_fail("no local model server: run `make model`")
     out = tmp_path / "run.log"
-    env = {**os.environ, "MODEL": "local", "WORKERS": "0", "TICKETAGENT_VAR_DIR": str(tmp_path / "var"),
+    env = {**os.environ, "MODEL": "local", "WORKERS": "1", "TICKETAGENT_VAR_DIR": str(tmp_path / "var"),
            "TICKETAGENT_REDIS_SERVER": "system", "NO_COLOR": "1", "DJANGO_SUPERUSER_PASSWORD": "local-model-1"}
     for name in ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "PORT",
-                 "DJANGO_SETTINGS_MODULE"):
+                 "DJANGO_SETTINGS_MODULE", "WORKER_THREADS", "RQ_QUEUE"):
         env.pop(name, None)
     with open(out, "wb") as log:
         run = subprocess.Popen([sys.executable, "scripts/run.py"], cwd=ROOT, env=env, stdout=log,
-                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for(lambda: "Ctrl-C stops everything" in out.read_text() or run.poll() is not None, timeout=180,
                  message="make run's banner")
@@ -49,11 +56,24 @@ def test_make_run_serves_the_local_model_and_ctrl_c_stops_it(tmp_path):
         web = re.search(r"dashboard +http://127\.0\.0\.1:(\d+)/", text).group(1)
         # the banner comes once gunicorn listens; its workers may still be loading Django: wait for an answer
         wait_for(lambda: _answers(f"http://127.0.0.1:{web}/healthz"), timeout=60, message="the dashboard's /healthz")
+
+        # a batch for the worker's eight threads: Ctrl-C once the model has answered and more calls are in flight
+        batch = tmp_path / "batch.csv"
+        batch.write_bytes(csv_batch(12))
+        urls = re.search(r"export (DATABASE_URL=\S+) (REDIS_URL=\S+)", text)
+        upload = subprocess.run([sys.executable, "manage.py", "upload", str(batch)], cwd=ROOT,
+                                env={**env, **dict(kv.split("=", 1) for kv in urls.groups())},
+                                capture_output=True, text=True, timeout=120)
+        assert upload.returncode == 0, upload.stderr[-2000:]
+        wait_for(lambda: "/v1/chat/completions" in out.read_text(), timeout=120, message="the model's first answer")
     finally:
-        run.send_signal(signal.SIGINT)
+        os.killpg(run.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group, the model too
         code = run.wait(timeout=60)
-    assert code == 0, out.read_text()[-3000:]
-    assert "stopped; nothing left running" in out.read_text()
+    tail = out.read_text().split("stopping everything")[-1]
+    assert code == 0, tail[-3000:]
+    assert "killing it" not in tail, tail[-3000:]
+    assert "handed back" in tail and "the worker is stopping" in tail, tail[-3000:]
+    assert "stopped; nothing left running" in tail
     assert not servers[0].is_running() or servers[0].status() == psutil.STATUS_ZOMBIE
 
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from ticketagent.stopping import process_stopping
+
 log = logging.getLogger(__name__)
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
@@ -113,6 +115,8 @@ class Governor:
             left = give_up - time.monotonic()
             if left <= 0:
                 raise Waited(why)
+            if process_stopping():
+                raise Waited(f"the worker is stopping ({why})")
             time.sleep(min(pause, left, 1.0))
 
     def _obstacle(self) -> tuple[float, str]:

@@ -13,6 +13,7 @@ from ticketagent.llm.prompts import decide_prompt, draft_prompt, triage_prompt
 from ticketagent.llm.schemas import Decision, Reply, triage_schema
 from ticketagent.playbooks.spec import PlaybookSpec
 from ticketagent.playbooks.standard import standard_spec
+from ticketagent.stopping import on_process_stop, process_stopping
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +76,23 @@ class OpenAIModel:
         import httpx2
         import openai
 
+        from ticketagent.llm.transport import CuttableTransport
+
         self._openai = openai
         self.label = endpoint_label(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
         self.model = settings.OPENAI_MODEL
         self.max_steps = settings.AGENT_MAX_STEPS
         self.max_retries = settings.OPENAI_MAX_RETRIES
         # The SDK retries nothing itself: rate limits and outages are the governor's, shared by every worker.
+        # A stopping worker cuts its calls in flight (ticketagent/stopping.py): each item is handed back.
+        self.transport = CuttableTransport(limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100))
+        on_process_stop(self.transport.cut)
         self.client = openai.OpenAI(
             api_key=settings.OPENAI_API_KEY,
             base_url=settings.OPENAI_BASE_URL,
             timeout=httpx2.Timeout(settings.OPENAI_TIMEOUT, connect=settings.OPENAI_CONNECT_TIMEOUT),
             max_retries=0,
+            http_client=openai.DefaultHttpxClient(transport=self.transport),
         )
         self.governor = governor_for(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
 
@@ -127,6 +134,8 @@ class OpenAIModel:
     def _failed(self, turn, failures: int, what: str) -> int:
         """No answer, or a 5xx: a quick retry (after 0.5, 1, 2 ... s) up to OPENAI_MAX_RETRIES, then an outage."""
         failures += 1
+        if process_stopping():
+            raise Waited(f"the worker is stopping ({what})")
         if failures > self.max_retries or turn.probing:
             log.warning("model API %s did not answer (%s): waiting for it", self.governor.endpoint, what)
             turn.unreachable()

@@ -27,6 +27,7 @@ from ticketagent.pipeline.phases import (
 from ticketagent.pipeline.steps import RECORDED, WAIT, chain_intent, run_effect_step, steps_ahead
 from ticketagent.plan import NOT_CHOSEN, chosen_actions, steps_of
 from ticketagent.playbooks.services import published_spec
+from ticketagent.stopping import process_stopping
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,9 @@ def _run_steps(run: ItemRun, model) -> str:
             if output is not RECORDED and output is not WAIT:
                 phase_step_done(run, step.name, output)
         else:
+            if process_stopping():  # the worker is stopping: the model's time is not the worker's grace
+                item_hand_back(run, why=f"{step.name}: the worker is stopping")
+                return f"handed back at {step.name}: the worker is stopping"
             # a task with a budget: checked before each model call (one read); reached, the item stops here
             if task.has_budget and not budget_allows(task.pk) and phase_budget_stop(run):
                 return f"stopped before {step.name}: task {run.task_status}"
