@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from ops import model
-from tests.factories import csv_batch
 from tests.conftest import skip_or_fail, wait_for
+from tests.factories import csv_batch
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
