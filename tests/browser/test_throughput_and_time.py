@@ -10,13 +10,14 @@ import json
 import re
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from ticketagent.models import Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 
 from ..factories import make_task
-from .conftest import login
+from .conftest import assert_accessible, assert_fits_the_screen, login
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -38,7 +39,53 @@ def test_throughput_counts_running_time_and_the_eta_is_not_a_burst(page, live_se
     rate = float(page.locator("#progress .rate").inner_text().split()[0])
     assert 30 <= rate <= 36, f"21 items in 37 s of running is about 34 a minute, not {rate}"
     eta = page.locator("#progress .eta").inner_text()
-    assert re.fullmatch(r"ETA 1 min \d+ s", eta), eta  # 39 items at ~34/min, not "4 s"
+    # 39 items at ~34/min: about 70 s, shown as the range 21 items can support, not "4 s"
+    assert re.fullmatch(r"ETA [45]\d s – 2 min", eta), eta
+    page.goto("/")
+    expect(page.locator(f"#task-{task.pk} .eta")).to_have_text(re.compile(r"^ETA [45]\d s – 2 min$"))
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_suspended_time_is_not_running_time_and_an_eta_without_grounds_is_a_dash(page, live_server, queue, alice,
+                                                                                 width):
+    """Before: "1.0 items/min overall" for a task that ran 4 s and sat suspended 20 minutes, and "ETA 2 s" from
+    two items that ended within a second of a status change."""
+    now = timezone.now()
+    task = make_task(21, name="Ran 4 s, suspended 20 min")
+    start = now - dt.timedelta(seconds=1205)
+    Item.objects.filter(task=task).update(status=ItemStatus.DONE, finished_at=start + dt.timedelta(seconds=4))
+    _event(task, EventType.SUSPENDED, {}, start + dt.timedelta(seconds=4))
+    _event(task, EventType.RESUMED, {}, start + dt.timedelta(seconds=1204))
+    _event(task, EventType.TASK_STATUS, {"status": "completed", "counts": {"done": 21}}, start + dt.timedelta(seconds=1205))
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.COMPLETED, started_at=start, finished_at=now,
+                                           final_counts={"done": 21})
+    just = make_task(10, name="Just started")
+    Task.objects.filter(pk=just.pk).update(status=TaskStatus.RUNNING, started_at=now - dt.timedelta(seconds=3))
+    Item.objects.filter(pk__in=list(just.items.values_list("pk", flat=True)[:2])).update(
+        status=ItemStatus.DONE, finished_at=now - dt.timedelta(seconds=1))
+
+    login(page, "alice", "alice-pass-123")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto("/")
+    # 21 items over 5 s of running: 252 a minute, not 21 over 20 minutes
+    expect(page.locator(f"#task-{task.pk}")).to_contain_text("252.0 items/min overall")
+    expect(page.locator(f"#task-{just.pk} .eta")).to_have_text("ETA —")
+    assert_accessible(page, "the task list")
+    page.goto(f"/tasks/{task.pk}/")
+    expect(page.locator("#progress .rate")).to_have_text("252.0 items/min overall")
+    expect(page.locator("#progress .eta")).to_have_count(0)  # ended: no ETA
+    page.goto(f"/tasks/{just.pk}/")
+    expect(page.locator("#progress .eta")).to_have_text("ETA —")
+    expect(page.locator("#progress .rate")).to_have_count(0)  # 3 s of running: too short to tell a rate
+    assert_accessible(page, "a task just started")
+    assert_fits_the_screen(page, "a task just started")
+
+
+def _event(task, kind: str, payload: dict, when) -> None:
+    """An event as it was recorded at `when` (the log is append-only and stamps its own time)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {Event._meta.db_table} (task_id, type, payload, actor, timestamp) "
+                       "VALUES (%s, %s, %s, '', %s)", [task.pk, kind, json.dumps(payload), when])
 
 
 def test_one_way_to_write_time(page, live_server, operator_world, alice, client):

@@ -1,6 +1,7 @@
 """Template filters for the pages: look-ups in dicts, step names, words from identifiers, durations, times, amounts."""
 
 import datetime as dt
+import math
 import re
 
 from django import template
@@ -45,6 +46,23 @@ def duration(seconds):
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+@register.filter
+def eta_range(value):
+    """(soonest, latest) seconds -> "20 s – 35 s", rounded outwards (5 s, a minute, 10 minutes: no false
+    precision), one figure when both read the same, "under 35 s" from zero; "—" when unknown."""
+    if not value:
+        return "—"
+
+    def rounded(seconds, up):
+        step = 5 if seconds < 60 else 60 if seconds < 3600 else 600
+        return (math.ceil if up else math.floor)(seconds / step) * step
+
+    low, high = rounded(value[0], False), rounded(value[1], True)
+    if low == 0:
+        return f"under {duration(high)}"
+    return duration(low) if low == high else f"{duration(low)} – {duration(high)}"
 
 
 @register.filter

@@ -5,13 +5,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, Max
+from django.db.models import Count
 from django.utils import timezone
 
 from ledger.models import Effect
 from ticketagent.eventlog.usage import tasks_usage
 from ticketagent.llm.base import Usage
-from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import FINAL_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.web.pace import Pace, ended_pace, live_pace, recent_spans, running_spans
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +21,11 @@ ENDED = (ItemStatus.DONE, ItemStatus.SKIPPED, ItemStatus.FAILED)
 WAITING = (ItemStatus.WAITING_REVIEW, ItemStatus.WAITING_APPROVAL)
 
 
-# Throughput is measured over the items that ended in this window of running
-# time: time the task spent suspended, paused or waiting for review does not
-# count, and a rate from long ago does not pretend to be today's.
-RATE_WINDOW_SECONDS = 300
 HELD_LABEL = "held until resume"
+# the events that change a task's status, and the status each says (TASK_STATUS carries its own)
+STATUS_EVENTS = {EventType.SUSPENDED: TaskStatus.SUSPENDED, EventType.PAUSED: TaskStatus.PAUSED,
+                 EventType.RESUMED: TaskStatus.RUNNING, EventType.CANCELLED: TaskStatus.CANCELLED,
+                 EventType.NEEDS_MIGRATION: TaskStatus.NEEDS_MIGRATION, EventType.TASK_STATUS: None}
 
 
 @dataclass
@@ -33,10 +34,20 @@ class Progress:
     counts: dict
     done: int  # ended: done, skipped, failed
     percent: int
-    per_minute: float | None  # running: the recent rate; completed: the average over its run
-    eta_seconds: int | None
+    pace: Pace  # items per minute and an ETA range, from running time only (web/pace.py)
     held: bool = False  # queued items will not run until a resume (the task is suspended or paused)
-    overall: bool = False  # per_minute is the whole run's average (a finished task)
+
+    @property
+    def per_minute(self) -> float | None:
+        return self.pace.per_minute
+
+    @property
+    def overall(self) -> bool:
+        return self.pace.overall
+
+    @property
+    def eta(self) -> tuple[int, int] | None:
+        return self.pace.eta
 
     @property
     def segments(self):
@@ -48,36 +59,15 @@ class Progress:
                 yield status, n, 100.0 * n / self.total if self.total else 0, label
 
 
-@dataclass(frozen=True)
-class Recent:
-    """Items ended since `since` (the later of the window's start and the moment the task last started running)."""
-
-    ended: int
-    since: object
-
-
-def _progress(task: Task, counts: dict, last_finished, recent: Recent | None = None) -> Progress:
-    """Items by state, throughput and an ETA while it runs (from the recent rate).
-    A completed task brings its own counts (`_frozen`): those passed are ignored."""
+def _progress(task: Task, counts: dict, pace: Pace) -> Progress:
+    """Items by state, with the task's pace. A completed task brings its own counts (`_frozen`)."""
     if _frozen(task):
-        counts, last_finished = task.final_counts, task.finished_at
+        counts = task.final_counts
     total = sum(counts.values())
     done = sum(counts.get(s, 0) for s in ENDED)
-    per_minute = eta = None
-    overall = False
-    running = task.status in (TaskStatus.RUNNING, TaskStatus.QUEUED)
-    if running and recent and recent.ended:
-        elapsed = max((timezone.now() - recent.since).total_seconds(), 1.0)
-        per_minute = recent.ended / elapsed * 60
-        remaining = total - done - sum(counts.get(s, 0) for s in WAITING)
-        if remaining > 0 and recent.ended >= 2:
-            eta = int(remaining / per_minute * 60)
-    elif task.status == TaskStatus.COMPLETED and done and last_finished:
-        elapsed = max((last_finished - (task.started_at or task.created_at)).total_seconds(), 1.0)
-        per_minute, overall = done / elapsed * 60, True
     percent = int(100 * done / total) if total else 0
     held = task.status in (TaskStatus.SUSPENDED, TaskStatus.PAUSED)
-    return Progress(total, counts, done, percent, per_minute, eta, held=held, overall=overall)
+    return Progress(total, counts, done, percent, pace, held=held)
 
 
 def _frozen(task: Task) -> bool:
@@ -85,32 +75,48 @@ def _frozen(task: Task) -> bool:
     return task.status == TaskStatus.COMPLETED and task.final_counts is not None
 
 
-def recent_rates(tasks: list[Task]) -> dict[int, Recent]:
-    """For running tasks: items ended in the rate window since each last started running. Two queries."""
-    running = [t for t in tasks if t.status in (TaskStatus.RUNNING, TaskStatus.QUEUED)]
-    if not running:
-        return {}
+def task_paces(tasks: list[Task], counts: dict[int, dict]) -> dict[int, Pace]:
+    """Each task's pace from its recorded timeline: its status changes (one query) and, for tasks under way,
+    the end times of its items in its recent running time (one more)."""
+    changes: dict[int, list] = {}
+    for task_id, kind, status, at in Event.objects.filter(task__in=[t.pk for t in tasks], type__in=STATUS_EVENTS) \
+            .values_list("task_id", "type", "payload__status", "timestamp").order_by("id"):
+        changes.setdefault(task_id, []).append((at, STATUS_EVENTS[kind] or status or ""))
     now = timezone.now()
-    window = now - timezone.timedelta(seconds=RATE_WINDOW_SECONDS)
-    # the moment each task last became running: its last RESUMED or TASK_STATUS event
-    restarted = dict(Event.objects.filter(task__in=running, type__in=(EventType.RESUMED, EventType.TASK_STATUS))
-                     .values_list("task_id").annotate(last=Max("timestamp")))
-    since = {t.pk: max(d for d in (window, t.started_at, restarted.get(t.pk)) if d) for t in running}
-    earliest = min(since.values())
-    ended: dict[int, int] = {}
-    for task_id, finished in Item.objects.filter(task__in=running, finished_at__gte=earliest).values_list(
-            "task_id", "finished_at"):
-        if finished >= since[task_id]:
-            ended[task_id] = ended.get(task_id, 0) + 1
-    return {pk: Recent(ended.get(pk, 0), since[pk]) for pk in since}
+    under_way = [t for t in tasks if t.status not in FINAL_TASK_STATUSES and t.started_at]
+    since = {t.pk: _window_start(t, changes.get(t.pk, []), now) for t in under_way}
+    finished: dict[int, list] = {}
+    if since:
+        for task_id, at in Item.objects.filter(task__in=since, finished_at__gte=min(since.values())).values_list(
+                "task_id", "finished_at"):
+            finished.setdefault(task_id, []).append(at)
+    paces = {}
+    for task in tasks:
+        started = task.started_at or task.created_at
+        if task.status in FINAL_TASK_STATUSES:
+            c = task.final_counts if _frozen(task) else counts.get(task.pk, {})
+            paces[task.pk] = ended_pace(started=started, changes=changes.get(task.pk, []),
+                                        ended_items=sum(c.get(s, 0) for s in ENDED))
+        elif task.pk in since:
+            c = counts.get(task.pk, {})
+            remaining = sum(c.values()) - sum(c.get(s, 0) for s in (*ENDED, *WAITING))
+            paces[task.pk] = live_pace(started=started, changes=changes.get(task.pk, []),
+                                       finished=finished.get(task.pk, []), remaining=remaining, now=now)
+        else:
+            paces[task.pk] = Pace(None, None)
+    return paces
+
+
+def _window_start(task: Task, changes: list, now):
+    """Where the task's recent running window begins on the wall clock (its items that ended since are read)."""
+    recent = recent_spans(running_spans(task.started_at, sorted(changes, key=lambda c: c[0]), now))
+    return recent[0][0] if recent else now
 
 
 def task_progress(task: Task) -> Progress:
-    if _frozen(task):
-        return _progress(task, {}, None)
-    counts = dict(Item.objects.filter(task=task).values_list("status").annotate(n=Count("*")))
-    last = Item.objects.filter(task=task, finished_at__isnull=False).aggregate(last=Max("finished_at"))["last"]
-    return _progress(task, counts, last, recent_rates([task]).get(task.pk))
+    counts = {} if _frozen(task) else dict(
+        Item.objects.filter(task=task).values_list("status").annotate(n=Count("*")))
+    return _progress(task, counts, task_paces([task], {task.pk: counts})[task.pk])
 
 
 def task_recent_events(task: Task, n: int = 100) -> list[Event]:
@@ -153,12 +159,10 @@ def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Tas
     for task_id, status, n in Item.objects.filter(task__in=ids).values_list("task_id", "status").annotate(
             n=Count("*")):
         counts.setdefault(task_id, {})[status] = n
-    last_finished = dict(Item.objects.filter(task__in=ids, finished_at__isnull=False).values_list("task_id")
-                         .annotate(last=Max("finished_at")))
-    recent = recent_rates([t for t in tasks if not _frozen(t)])
+    paces = task_paces(tasks, counts)
     usage = tasks_usage(t.pk for t in tasks)
     for task in tasks:
-        task.progress = _progress(task, counts.get(task.pk, {}), last_finished.get(task.pk), recent.get(task.pk))
+        task.progress = _progress(task, counts.get(task.pk, {}), paces[task.pk])
         task.usage = usage.get(task.pk) or Usage(cost_usd=Decimal(0))
         task.percent = task.progress.percent
     return tasks

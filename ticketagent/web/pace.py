@@ -1,0 +1,93 @@
+"""A task's pace: items per minute and an ETA, from its running time only.
+
+A task's clock runs only while it is queued or running. Time it spends
+suspended, paused, waiting for a person (`needs_review`) or ended does not
+count: a task that ran 4 s and sat suspended 20 minutes ran 4 s. The rate is
+the recent one -- the items that ended in the last `RATE_WINDOW_SECONDS` of
+running time -- and the ETA is a range, from that rate's uncertainty
+(n items seen: n ± √n), or nothing when too few items have ended to say.
+
+Pure functions over a recorded timeline (the task's status changes and its
+items' end times), so the numbers can be checked on timelines that happened.
+"""
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+RUNNING = frozenset({"queued", "running"})
+RATE_WINDOW_SECONDS = 300
+MIN_ITEMS_FOR_ETA = 4  # below this the range is wider than it is useful (n - √n ≤ 2)
+MIN_SECONDS_FOR_RATE = 10.0  # a rate from a moment's burst of ends says nothing of the next minutes
+
+
+@dataclass(frozen=True)
+class Pace:
+    per_minute: float | None  # running: the recent rate; ended: the whole run's, over its running time
+    eta: tuple[int, int] | None  # seconds left, (soonest, latest), while it runs
+    overall: bool = False  # per_minute is the whole run's average
+    running_seconds: float = 0.0  # the task's running time so far
+
+
+def running_spans(started: datetime, changes: list[tuple[datetime, str]], until: datetime) \
+        -> list[tuple[datetime, datetime]]:
+    """The task's running intervals, from when it started to `until`, given its status changes in time order."""
+    spans, running, since = [], True, started
+    for at, status in changes:
+        if at < started:
+            continue
+        now_running = status in RUNNING
+        if running and not now_running:
+            spans.append((since, min(at, until)))
+        elif now_running and not running:
+            since = at
+        running = now_running
+    if running and since < until:
+        spans.append((since, until))
+    return [(a, b) for a, b in spans if b > a]
+
+
+def _seconds(spans) -> float:
+    return sum((b - a).total_seconds() for a, b in spans)
+
+
+def recent_spans(spans, window: float = RATE_WINDOW_SECONDS) -> list[tuple[datetime, datetime]]:
+    """The last `window` seconds of running time (possibly across several spans)."""
+    out, left = [], window
+    for a, b in reversed(spans):
+        if left <= 0:
+            break
+        length = (b - a).total_seconds()
+        out.append((max(a, b - timedelta(seconds=left)), b))
+        left -= length
+    return out[::-1]
+
+
+def ended_pace(*, started: datetime | None, changes: list[tuple[datetime, str]], ended_items: int) -> Pace:
+    """An ended task's average: its ended items over its running time (its clock stopped at its last change)."""
+    if started is None or not changes:
+        return Pace(None, None, overall=True)
+    changes = sorted(changes, key=lambda c: c[0])
+    running = _seconds(running_spans(started, changes, changes[-1][0]))
+    per_minute = ended_items / running * 60 if ended_items and running >= 1 else None
+    return Pace(per_minute, None, overall=True, running_seconds=running)
+
+
+def live_pace(*, started: datetime | None, changes: list[tuple[datetime, str]], finished: list[datetime],
+              remaining: int, now: datetime, window: float = RATE_WINDOW_SECONDS) -> Pace:
+    """A task still under way: the items that ended in its last `window` seconds of running time (`finished`:
+    its items' end times), and how long the `remaining` items (not those waiting for a person) may take."""
+    if started is None:
+        return Pace(None, None)
+    spans = running_spans(started, sorted(changes, key=lambda c: c[0]), now)
+    running = _seconds(spans)
+    recent = recent_spans(spans, window)
+    seconds = _seconds(recent)
+    n = sum(1 for f in finished if any(a <= f <= b for a, b in recent))
+    if n == 0 or seconds < MIN_SECONDS_FOR_RATE:
+        return Pace(None, None, running_seconds=running)
+    eta = None
+    if remaining > 0 and n >= MIN_ITEMS_FOR_ETA:
+        spread = math.sqrt(n)
+        eta = (int(remaining * seconds / (n + spread)), math.ceil(remaining * seconds / (n - spread)))
+    return Pace(n / seconds * 60, eta, running_seconds=running)
