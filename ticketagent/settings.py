@@ -87,6 +87,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # the live views' one change cursor: a poll that would swap in what the page shows gets 204 (web/live.py)
+    "ticketagent.web.live.LiveViews",
 ]
 
 ROOT_URLCONF = "ticketagent.urls"

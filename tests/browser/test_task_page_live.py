@@ -11,13 +11,13 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from ticketagent.models import Task, TaskStatus
+from ticketagent.models import Item, ItemStatus, Task, TaskStatus
 from ticketagent.pipeline.run import item_process
 from ticketagent.services.resume import task_resume
 from ticketagent.services.tasks import task_pause
 
 from ..factories import make_task
-from .conftest import assert_same_page, login, mark_page
+from .conftest import assert_accessible, assert_same_page, login, mark_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -79,3 +79,38 @@ def test_the_task_page_shows_the_running_count_of_consecutive_failures(page, liv
     counter = page.locator("#failure-count")
     expect(counter).to_contain_text("2 of 3 consecutive failures")
     expect(counter).to_contain_text("in the order they finish, across all workers")
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_a_change_that_writes_no_event_still_reaches_the_open_page_and_the_review_count_is_live(
+        page, live_server, queue, alice, width):
+    """Before: after Pause the open page showed "running 2" until reloaded -- its poll's cursor was the last event
+    id, and the items' hand-back changed their status without a new event -- and the header's "Review N" stayed
+    as it was while the attention bar beside it moved."""
+    task = make_task(3, name="Paused with items in flight")
+    first, second, _ = task.items.order_by("row")
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.RUNNING)
+    Item.objects.filter(pk__in=(first.pk, second.pk)).update(status=ItemStatus.RUNNING)
+    login(page, "alice", "alice-pass-123")
+    page.set_viewport_size({"width": width, "height": 900})
+    polls = []
+    page.on("response", lambda r: "/progress/" in r.url and polls.append(r.status))
+    page.goto(f"/tasks/{task.pk}/")
+    mark_page(page)
+    expect(page.locator("#progress [data-state=running]")).to_have_text("running 2")
+    page.wait_for_event("response", lambda r: "/progress/" in r.url)
+    assert polls[0] == 204, "the page carries the digest of what it shows: the first poll finds nothing new"
+
+    task_pause(task_id=task.pk, actor="bob")
+    expect(page.locator("#task-status")).to_have_text("paused")
+    # the items handed back by their workers: a status written with no event of the task's
+    Item.objects.filter(pk__in=(first.pk, second.pk)).update(status=ItemStatus.QUEUED)
+    expect(page.locator("#progress [data-state=running]")).to_have_count(0)
+    expect(page.locator(f"#item-{first.pk}")).to_have_attribute("data-status", "queued")
+
+    expect(page.locator("#nav-review-count")).to_be_hidden()
+    Item.objects.filter(pk=first.pk).update(status=ItemStatus.WAITING_APPROVAL)  # an approval, elsewhere
+    expect(page.locator("#nav-review-count")).to_have_text("1", timeout=10_000)
+    expect(page.locator("#att-approvals")).to_contain_text("1 approval waiting")
+    assert_same_page(page)
+    assert_accessible(page, "the task page after a change without an event")

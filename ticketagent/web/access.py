@@ -7,9 +7,11 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 
 from ticketagent.models import Task
+from ticketagent.web.live import live_digest
 
 OPERATORS = "operators"
 EDITORS = "editors"
@@ -71,8 +73,12 @@ def go_to_task(request, task: Task):
     return redirect(url)
 
 
-def render_page(request, template, fragment, context, status=200):
+def render_page(request, template, fragment, context, status=200, *, live=None):
+    """The page, or with htmx its `fragment`. `live`: the page's polled fragment, whose digest the whole page
+    carries in its poll (web/live.py), so the first poll after a page load finds nothing new."""
     name = f"{template}#{fragment}" if request.htmx and fragment else template
     context.setdefault("can_act", is_operator(request.user))
     context.setdefault("can_edit", is_editor(request.user))
+    if live and name == template:
+        context["live_mark"] = live_digest(render_to_string(f"{template}#{live}", context, request))
     return render(request, name, context, status=status)

@@ -3,11 +3,12 @@
 from django.utils.functional import SimpleLazyObject
 
 from ticketagent.llm.clients import model_label
+from ticketagent.web.live import LIVE_MARK
 from ticketagent.web.selectors_review import attention_counts
 
 
 def product(request):
-    return {"model_label": model_label()}
+    return {"model_label": model_label(), "live_mark": LIVE_MARK}
 
 
 def attention(request):

@@ -63,13 +63,16 @@ def recent_spans(spans, window: float = RATE_WINDOW_SECONDS) -> list[tuple[datet
     return out[::-1]
 
 
-def ended_pace(*, started: datetime | None, changes: list[tuple[datetime, str]], ended_items: int) -> Pace:
-    """An ended task's average: its ended items over its running time (its clock stopped at its last change)."""
-    if started is None or not changes:
-        return Pace(None, None, overall=True)
+def ended_pace(*, started: datetime | None, changes: list[tuple[datetime, str]], ended_items: int,
+               finished: datetime | None = None) -> Pace:
+    """An ended task's average: its ended items over its running time (its clock stopped at its last change,
+    or when it finished), counted as at least a second."""
     changes = sorted(changes, key=lambda c: c[0])
-    running = _seconds(running_spans(started, changes, changes[-1][0]))
-    per_minute = ended_items / running * 60 if ended_items and running >= 1 else None
+    until = changes[-1][0] if changes else finished
+    if started is None or until is None:
+        return Pace(None, None, overall=True)
+    running = _seconds(running_spans(started, changes, until))
+    per_minute = ended_items / max(running, 1.0) * 60 if ended_items else None
     return Pace(per_minute, None, overall=True, running_seconds=running)
 
 

@@ -12,7 +12,7 @@ progress of a rehearsal still running.
 from django import forms
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.http import Http404, HttpResponse
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_GET, require_POST
@@ -137,8 +137,8 @@ def _report_context(request, task: Task, *, excluded=None, compare_form=None, go
         "task": task, "items": items, "rows": rows, "excluded": excluded,
         "carried": [pk for pk in excluded if pk not in on_page],
         "summary": SimpleLazyObject(lambda: selectors_rehearsal.rehearsal_summary(task)),
-        "progress": selectors.task_progress(task), "last_event_id": selectors.task_last_event_id(task),
-        "active": active, "can_go_live": can_go_live, "source": source, "reruns": reruns,
+        "progress": selectors.task_progress(task), "active": active, "can_go_live": can_go_live, "source": source,
+        "reruns": reruns,
         "compare_form": compare_form or CompareForm(versions=selectors_rehearsal.compare_versions(task)),
         "go_live_form": go_live_form, "excluded_tickets": named, "live_count": items.paginator.count - len(named),
     }
@@ -151,18 +151,15 @@ def rehearsal_report(request, pk):
     task = _rehearsal_or_404(pk)
     if request.htmx and request.GET.get("part") == "progress":
         return _progress_poll(request, task)
-    return render_page(request, REPORT, "tickets", _report_context(request, task))
+    return render_page(request, REPORT, "tickets", _report_context(request, task), live="progress")
 
 
 def _progress_poll(request, task: Task):
-    """The progress of a rehearsal still running: 204 while no event was appended, 286 once it stopped."""
+    """The progress of a rehearsal still running: 204 while it shows what the page shows (web/live.py), 286 once
+    it stopped."""
     active = task.status in ACTIVE_TASK_STATUSES
-    last = selectors.task_last_event_id(task)
-    if active and request.GET.get("since") == str(last):
-        return HttpResponse(status=204)
     response = render_page(request, REPORT, "progress", {
-        "task": task, "progress": selectors.task_progress(task), "last_event_id": last, "active": active,
-        "finished_now": not active})
+        "task": task, "progress": selectors.task_progress(task), "active": active, "finished_now": not active})
     if not active:
         response.status_code = HTMX_STOP_POLLING
     return response

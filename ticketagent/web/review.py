@@ -7,7 +7,6 @@ dry-run), and the audit trail. The header's attention counts link here.
 """
 
 from django.conf import settings
-from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
@@ -42,11 +41,10 @@ def review_queue(request):
 @login_required
 @require_GET
 def attention(request):
-    """The header's counts (polled). 204 while they are what the page shows (`?shown=`): nothing to swap."""
-    counts = selectors_review.attention_counts()
-    if request.htmx and request.GET.get("shown") == counts.signature:
-        return HttpResponse(status=204)
-    return render_page(request, "base.html", "attention", {"attention": counts})
+    """The header's counts (polled), with the Review link's count beside them (out of band). 204 while they are
+    what the page shows (web/live.py)."""
+    return render_page(request, "base.html", "attention", {
+        "attention": selectors_review.attention_counts(), "attention_poll": True})
 
 
 def _effect_answer(request, effect, error=""):

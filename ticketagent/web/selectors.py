@@ -96,7 +96,7 @@ def task_paces(tasks: list[Task], counts: dict[int, dict]) -> dict[int, Pace]:
         if task.status in FINAL_TASK_STATUSES:
             c = task.final_counts if _frozen(task) else counts.get(task.pk, {})
             paces[task.pk] = ended_pace(started=started, changes=changes.get(task.pk, []),
-                                        ended_items=sum(c.get(s, 0) for s in ENDED))
+                                        ended_items=sum(c.get(s, 0) for s in ENDED), finished=task.finished_at)
         elif task.pk in since:
             c = counts.get(task.pk, {})
             remaining = sum(c.values()) - sum(c.get(s, 0) for s in (*ENDED, *WAITING))
@@ -127,12 +127,6 @@ def task_recent_events(task: Task, n: int = 100) -> list[Event]:
     ids = list(Event.objects.filter(task=task).order_by("-id").values_list("id", flat=True)[:n])
     return list(Event.objects.filter(id__in=ids).select_related("item").defer("item__body", "item__metadata")
                 .order_by("-id"))
-
-
-def task_last_event_id(task: Task) -> int:
-    """The task's change cursor: every state change appends an event, so an
-    unchanged last event id means an unchanged page (one index look-up)."""
-    return Event.objects.filter(task=task).order_by("-id").values_list("id", flat=True).first() or 0
 
 
 FILTERS = {

@@ -27,11 +27,6 @@ class Attention:
     def total(self) -> int:
         return self.unknown + self.approvals + self.failed + self.suspended
 
-    @property
-    def signature(self) -> str:
-        """Changes whenever a count does: the header's poll answers 204 while it is the same."""
-        return f"{self.unknown}.{self.approvals}.{self.failed}.{self.suspended}"
-
 
 def attention_counts() -> Attention:
     """Four counts, each answered from an index (effect state, item status, task status)."""

@@ -11,7 +11,7 @@ import json
 
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -60,7 +60,7 @@ def task_list(request):
     if request.htmx and request.GET.get("part") == "health":
         context["bring_table"] = live and request.GET.get("table_live") != "1"
         return render_page(request, "tasks/list.html", "health-poll", context)
-    response = render_page(request, "tasks/list.html", "task-table", context)
+    response = render_page(request, "tasks/list.html", "task-table", context, live="task-table")
     if request.htmx and not live:
         response.status_code = HTMX_STOP_POLLING
     return response
@@ -74,7 +74,6 @@ def _detail_context(request, task: Task, **extra) -> dict:
         "items": items,
         "effects_by_item": selectors.items_page_effects(items),
         "events": selectors.task_recent_events(task),
-        "last_event_id": selectors.task_last_event_id(task),
         "usage": task_usage(task.pk),
         "model_wait": selectors.model_api_wait() if task.status in ACTIVE_TASK_STATUSES else "",
         "step_count": len(steps_of(rehearsal=task.rehearsal)),
@@ -86,7 +85,7 @@ def _detail_context(request, task: Task, **extra) -> dict:
 @require_GET
 def task_detail(request, pk):
     task = task_or_404(pk)
-    return render_page(request, "tasks/detail.html", None, _detail_context(request, task))
+    return render_page(request, "tasks/detail.html", None, _detail_context(request, task), live="live")
 
 
 @login_required
@@ -95,20 +94,15 @@ def task_progress(request, pk):
     """The task page's one poll: progress, items table, timeline and resume
     count come together (the last three out of band), so they never disagree.
 
-    The page says what it shows: the task's last event id (`since`; every
-    change appends an event), its status (`shown`) and whether it showed the
-    model API's outage (`waiting`: no event says that). Unchanged: 204, nothing
-    is rendered. When the status moved on, the controls come along too, so a
-    task that got suspended while the page was open offers Resume. Once the
-    task is final: 286, and htmx stops polling."""
+    The page says what it shows by the digest of its rendering (`seen`, the
+    live views' one change cursor: web/live.py) and its status (`shown`):
+    unchanged, 204 and nothing is swapped. When the status moved on, the
+    controls come along too, so a task that got suspended while the page was
+    open offers Resume. Once the task is final: 286, and htmx stops polling."""
     task = task_or_404(pk)
     if not request.htmx:
-        return render_page(request, "tasks/detail.html", None, _detail_context(request, task))
+        return task_detail(request, pk)
     shown = request.GET.get("shown", task.status)
-    waiting = bool(selectors.model_api_wait()) and task.status in ACTIVE_TASK_STATUSES
-    if (not task.is_final and shown == task.status and request.GET.get("waiting", "0") == str(int(waiting))
-            and request.GET.get("since") == str(selectors.task_last_event_id(task))):
-        return HttpResponse(status=204)
     context = _detail_context(request, task, refresh_controls=shown != task.status)
     response = render_page(request, "tasks/detail.html", "live", context)
     if task.is_final:
