@@ -22,6 +22,20 @@
   document.addEventListener("htmx:sendError", function () {
     flash("Could not reach the server; nothing was changed by this click. Try again.");
   });
+  // A live region (data-keeps-forms) does not swap under a person's hands: its poll waits while the focus is in
+  // one of its forms or one of them has been changed and not sent (sending swaps that row, form and all).
+  document.addEventListener("input", function (event) {
+    var form = event.target.closest && event.target.closest("form");
+    if (form) form.setAttribute("data-touched", "");
+  });
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var region = event.detail.elt;
+    if (!region.hasAttribute || !region.hasAttribute("data-keeps-forms")) return;
+    var active = document.activeElement;
+    if ((active && region.contains(active) && active.closest("form")) || region.querySelector("form[data-touched]")) {
+      event.preventDefault();
+    }
+  });
   document.addEventListener("htmx:afterRequest", function (event) {
     var box = document.getElementById("flash");
     if (box && event.detail.successful && !box.hidden && event.detail.requestConfig.verb !== "get") {

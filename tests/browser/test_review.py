@@ -16,12 +16,13 @@ import pytest
 from playwright.sync_api import expect
 
 from ledger.models import Effect, EffectState, EffectTransition
+from ledger.services import effect_review
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.services.upload import task_upload
 
 from ..conftest import wait_for
 from ..factories import csv_batch
-from .conftest import assert_no_alerts, assert_same_page, login, mark_page
+from .conftest import assert_accessible, assert_no_alerts, assert_same_page, login, mark_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -129,3 +130,36 @@ def test_an_unknown_email_is_decided_by_hand_and_its_item_completes(page, live_s
     counts = sandbox.counts()
     assert counts["by_endpoint"]["email"] == 2 and counts["duplicates"] == 0, counts
     assert_no_alerts(page)
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_the_review_page_is_live_and_never_swaps_under_a_persons_hands(page, live_server, queue, sandbox,
+                                                                      unknown_effect, alice, width):
+    """Before: Review's rows and audit trail did not update: a Decide form stayed on an effect the sweep (or another
+    operator) had already settled, until a reload."""
+    settled_elsewhere, being_decided = unknown_effect(), unknown_effect()
+    login(page, "alice", "alice-pass-123")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto("/review/")
+    mark_page(page)
+    expect(page.locator(f"#effect-{settled_elsewhere.pk}")).to_be_visible()
+
+    effect_review(effect_id=settled_elsewhere.pk, verdict="happened", reason="seen in the helpdesk", actor="bob")
+    expect(page.locator(f"#effect-{settled_elsewhere.pk}")).to_have_count(0, timeout=15_000)
+    expect(page.locator(".audit")).to_contain_text("seen in the helpdesk")
+    expect(page.locator("#unknown-h")).to_contain_text("(1)")
+
+    # alice starts deciding the other one; meanwhile something else changes: her half-written reason stays
+    row = page.locator(f"#effect-{being_decided.pk}")
+    row.get_by_label("reason").fill("Checking the customer's mailbox")
+    other = unknown_effect()
+    page.wait_for_timeout(6_000)  # longer than the poll's period
+    expect(page.locator(f"#effect-{other.pk}")).to_have_count(0)  # not swapped in under her hands
+    expect(row.get_by_label("reason")).to_have_value("Checking the customer's mailbox")
+    row.get_by_label("verdict").select_option("happened")
+    row.get_by_role("button", name="Decide").click()
+    expect(row).to_have_attribute("data-state", "committed")
+    expect(page.locator(f"#effect-{other.pk}")).to_be_visible(timeout=15_000)  # the poll goes on once she is done
+    assert_same_page(page)
+    assert_accessible(page, "the live review page")
+    assert page.console_errors == []

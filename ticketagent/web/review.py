@@ -6,6 +6,8 @@ review (retry, or skip with a reason), suspended tasks (resume after the
 dry-run), and the audit trail. The header's attention counts link here.
 """
 
+from urllib.parse import urlencode
+
 from django.conf import settings
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
@@ -22,14 +24,16 @@ from ticketagent.web.access import actor, login_required, render_page, require_o
 
 def _review_page(request, *, error="", status=200):
     get = request.GET.get
-    return render_page(request, "review/queue.html", None, {
+    pages = {k: v for k, v in request.GET.items() if k in ("unknown_page", "approvals_page", "failed_page")}
+    return render_page(request, "review/queue.html", "review-live" if request.method == "GET" else None, {
+        "live_query": urlencode(pages),
         "unknown": selectors_review.review_unknown(get("unknown_page")),
         "approvals": selectors_review.review_approvals(get("approvals_page")),
         "failed": selectors_review.review_failed(get("failed_page")),
         "suspended": selectors_review.suspended_tasks(),
         "recent": selectors_review.audit_trail(),
         "page_error": error, "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
-    }, status=status)
+    }, status=status, live="review-live")
 
 
 @login_required
@@ -57,7 +61,7 @@ def _effect_answer(request, effect, error=""):
     [effect] = selectors_review.with_evidence([effect])
     return render_page(request, "review/queue.html", "effect-row", {
         "effect": effect, "error": error, "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
-    }, status=status)
+    }, status=status, live="review-live")
 
 
 @login_required
