@@ -68,6 +68,8 @@ class Task(models.Model):
     # Items by state, written when the task completes: no item of a completed
     # task moves again, so the dashboard reads this instead of counting them.
     final_counts = models.JSONField(null=True, blank=True, editable=False)
+    # of its done items, those with no committed effect (nothing drafted, sent or changed), written with final_counts
+    final_nothing_sent = models.PositiveIntegerField(null=True, blank=True, editable=False)
     source_task = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
     # the playbook version the task pins (its items may be moved to a newer one: Item.playbook_version)
     playbook_version = models.ForeignKey(PlaybookVersion, on_delete=models.PROTECT, related_name="tasks")

@@ -18,6 +18,7 @@ from ticketagent.playbooks.services import version_default
 from ticketagent.services import ServiceError
 from ticketagent.services.budget import Budget, budget_priced
 from ticketagent.services.item_rows import items_insert, plans_carry
+from ticketagent.services.outcomes import done_nothing_sent
 from ticketagent.signals import items_runnable, task_stopping
 
 
@@ -91,6 +92,8 @@ def task_maybe_finish(task: Task) -> None:
         return  # needs review still: nothing changed
     task.status = status
     task.final_counts = counts if task.status == TaskStatus.COMPLETED else None
+    task.final_nothing_sent = (done_nothing_sent([task.pk]).get(task.pk, 0)
+                               if task.status == TaskStatus.COMPLETED else None)
     task.finished_at = timezone.now()
     task.status_reason = "" if task.status == TaskStatus.COMPLETED else (
         f"{total - finished} item(s) wait for a person or failed")

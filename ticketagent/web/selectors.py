@@ -12,6 +12,7 @@ from ledger.models import Effect
 from ticketagent.eventlog.usage import tasks_usage
 from ticketagent.llm.base import Usage
 from ticketagent.models import FINAL_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.services.outcomes import done_nothing_sent
 from ticketagent.web.pace import Pace, ended_pace, live_pace, recent_spans, running_spans
 
 log = logging.getLogger(__name__)
@@ -155,8 +156,11 @@ def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Tas
         counts.setdefault(task_id, {})[status] = n
     paces = task_paces(tasks, counts)
     usage = tasks_usage(t.pk for t in tasks)
+    nothing = done_nothing_sent([t.pk for t in tasks if t.final_nothing_sent is None])
     for task in tasks:
         task.progress = _progress(task, counts.get(task.pk, {}), paces[task.pk])
+        task.nothing_sent = task.final_nothing_sent if task.final_nothing_sent is not None else nothing.get(task.pk, 0)
+        task.with_effects = task.progress.counts.get(ItemStatus.DONE, 0) - task.nothing_sent
         task.usage = usage.get(task.pk) or Usage(cost_usd=Decimal(0))
         task.percent = task.progress.percent
     return tasks

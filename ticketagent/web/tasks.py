@@ -24,6 +24,7 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Event, Task
 from ticketagent.plan import steps_of
 from ticketagent.services import ServiceError
 from ticketagent.services.budget import budget_parse
+from ticketagent.services.outcomes import SHOWS, done_nothing_sent, items_shown, show_counts
 from ticketagent.services.resume import task_clone_unfinished, task_dry_run, task_move_version, task_resume
 from ticketagent.services.tasks import task_cancel, task_pause
 from ticketagent.web import selectors
@@ -67,11 +68,20 @@ def task_list(request):
 
 
 def _detail_context(request, task: Task, **extra) -> dict:
-    items = Paginator(task.items.select_related("checkpoint").order_by("row"), 50).get_page(request.GET.get("page"))
+    show = request.GET.get("show", "all")
+    show = show if show in dict(SHOWS) else "all"
+    items = Paginator(items_shown(task.items.select_related("checkpoint").order_by("row"), show), 50).get_page(
+        request.GET.get("page"))
+    progress = selectors.task_progress(task)
+    nothing = task.final_nothing_sent if task.final_nothing_sent is not None else done_nothing_sent(
+        [task.pk]).get(task.pk, 0)
+    counts = show_counts(progress.counts, nothing)
     return {
         "task": task,
-        "progress": selectors.task_progress(task),
+        "progress": progress,
         "items": items,
+        "show": show, "show_label": dict(SHOWS)[show],
+        "shows": [(key, label, counts[key]) for key, label in SHOWS if counts[key] or key in ("all", show)],
         "effects_by_item": selectors.items_page_effects(items),
         "events": selectors.task_recent_events(task),
         "usage": task_usage(task.pk),
