@@ -223,11 +223,12 @@ def phase_done(run: ItemRun):
 INLINE_OUTPUT_CHARS = 2000
 
 
-def step_events(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", usage: dict | None = None
-                ) -> tuple[int, dict, list[Event]]:
+def step_events(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", usage: dict | None = None,
+                model: str = "") -> tuple[int, dict, list[Event]]:
     """The new (cursor, outputs) after `steps` and their events, one each (the
-    tool calls and the model's `usage` belong to `tool_step`, by default the
-    last step); a big output is stored as a blob first and referenced."""
+    tool calls, the model's `usage` and the `model` that served it belong to
+    `tool_step`, by default the last step); a big output is stored as a blob
+    first and referenced."""
     task_id, item_id = run.item.task_id, run.item.pk
     outputs, cursor = dict(run.outputs), run.cursor
     tool_step = tool_step or steps[-1][0]
@@ -242,6 +243,8 @@ def step_events(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", usag
         payload = {"step": step, "cursor": cursor}
         if usage and step == tool_step:
             payload["usage"] = usage
+        if model and step == tool_step:
+            payload["model"] = model
         if len(canonical_json(output)) <= INLINE_OUTPUT_CHARS:
             payload["output"] = output
         else:
@@ -253,13 +256,14 @@ def step_events(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", usag
     return cursor, outputs, events
 
 
-def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=(), usage=None) -> None:
+def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", extra=(), usage=None,
+                 model: str = "") -> None:
     """Inside a phase: persist step outputs and advance the cursor, one event
     each (`step_events`; `extra` events follow in the same INSERT). `run`
     moves on at once: a phase that raises ends this worker's run of the item
     (`run` is then dropped), so once the phase has committed `run.cursor` and
     `run.outputs` are what the database holds."""
-    cursor, outputs, events = step_events(run, steps, tool_calls, tool_step=tool_step, usage=usage)
+    cursor, outputs, events = step_events(run, steps, tool_calls, tool_step=tool_step, usage=usage, model=model)
     events_append([*events, *extra])
     # No read first: the checkpoint is ours, and the cursor we know is the
     # condition (anything else moved it: stop).
@@ -292,9 +296,10 @@ def stop_if_task_stopped(run: ItemRun) -> bool:
 
 
 def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(), chain: Intent | None = None,
-                    usage: dict | None = None) -> None:
+                    usage: dict | None = None, model: str = "") -> None:
     """A step's recovery point: its output (after the unchosen steps before
-    it, and before the `skipped` ones that follow it), the cursor advanced.
+    it, and before the `skipped` ones that follow it), the cursor advanced;
+    a model step's event names the `model` that served it.
     With `chain`, the next effect's intent is recorded in the same
     transaction (`run.chained`): it commits with this recovery point or not
     at all. If the task stopped (paused, suspended, cancelled), the item is
@@ -303,7 +308,8 @@ def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(
     reaching the budget suspends it, and the item is handed back."""
     spends = bool(usage) and run.item.task.has_budget
     with phase(run, task=spends):
-        record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step, usage=usage)
+        record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step, usage=usage,
+                     model=model)
         if spends:
             task_spend_locked(run.locked[0], usage)
             run.task_status = run.locked[0].status

@@ -94,7 +94,7 @@ def _run_steps(run: ItemRun, model) -> str:
             outputs = {**run.outputs, step.name: output}
             skipped, after = steps_ahead(cursor + 1, outputs, steps) if "decide" in outputs else ([], cursor + 1)
             phase_step_done(run, step.name, output, calls, skipped=skipped, usage=usage_priced(usage),
-                            chain=chain_intent(run, task, after, outputs))
+                            model=model.label, chain=chain_intent(run, task, after, outputs))
         if run.stopped:
             return "done" if run.ended == "done" else f"{run.ended} at {step.name}"
         cursor = run.cursor

@@ -10,7 +10,7 @@ from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET
 
 from ticketagent.eventlog.usage import step_usages
-from ticketagent.models import Checkpoint, Item
+from ticketagent.models import Checkpoint, EventType, Item
 from ticketagent.web import selectors_ops
 from ticketagent.web.access import login_required, render_page
 
@@ -22,8 +22,12 @@ def item_detail(request, pk):
     checkpoint = Checkpoint.objects.select_related("playbook_version__playbook").filter(item=item).first()
     events, effects = selectors_ops.item_history(item)
     model_steps, model_usage = step_usages(item.pk)
+    # which model served each model step (its last run's STEP_DONE says)
+    served = {ev.payload["step"]: ev.payload["model"] for ev in events
+              if ev.type == EventType.STEP_DONE and ev.payload.get("model")}
     return render_page(request, "tasks/item.html", None, {
         "item": item, "checkpoint": checkpoint, "decision": selectors_ops.item_decision(item, checkpoint),
+        "served": served,
         "checkpoint_json": json.dumps(checkpoint.snapshot(), indent=2, ensure_ascii=False) if checkpoint else "",
         "effects": effects, "events": events, "model_steps": model_steps, "model_usage": model_usage,
     })

@@ -114,6 +114,13 @@ def _window_start(task: Task, changes: list, now):
     return recent[0][0] if recent else now
 
 
+def task_models(task: Task) -> list[tuple[str, int]]:
+    """The models that served the task's model steps, each with how many steps (a task may outlive a restart on
+    another model); empty before any step."""
+    return list(Event.objects.filter(task=task, type=EventType.STEP_DONE, payload__has_key="model")
+                .values_list("payload__model").annotate(n=Count("id")).order_by("-n"))
+
+
 def task_progress(task: Task) -> Progress:
     counts = {} if _frozen(task) else dict(
         Item.objects.filter(task=task).values_list("status").annotate(n=Count("*")))

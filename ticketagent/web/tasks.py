@@ -81,6 +81,7 @@ def _detail_context(request, task: Task, **extra) -> dict:
         "progress": progress,
         "items": items,
         "show": show, "show_label": dict(SHOWS)[show],
+        "served": selectors.task_models(task),
         "shows": [(key, label, counts[key]) for key, label in SHOWS if counts[key] or key in ("all", show)],
         "effects_by_item": selectors.items_page_effects(items),
         "events": selectors.task_recent_events(task),
