@@ -25,14 +25,15 @@
   // A live region (data-keeps-forms) does not swap under a person's hands: its poll waits while the focus is in
   // one of its forms or one of them has been changed and not sent (sending swaps that row, form and all).
   document.addEventListener("input", function (event) {
-    var form = event.target.closest && event.target.closest("form");
+    var form = event.target.form || (event.target.closest && event.target.closest("form"));
     if (form) form.setAttribute("data-touched", "");
   });
   document.addEventListener("htmx:beforeRequest", function (event) {
     var region = event.detail.elt;
     if (!region.hasAttribute || !region.hasAttribute("data-keeps-forms")) return;
     var active = document.activeElement;
-    if ((active && region.contains(active) && active.closest("form")) || region.querySelector("form[data-touched]")) {
+    if ((active && region.contains(active) && (active.form || active.closest("form"))) ||
+        region.querySelector("form[data-touched]")) {
       event.preventDefault();
     }
   });

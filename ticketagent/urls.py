@@ -39,6 +39,7 @@ urlpatterns = [
     path("playbooks/versions/<int:pk>/export.yaml", playbooks.version_export, name="playbook-export"),
     path("items/<int:pk>/", items.item_detail, name="item-detail"),
     path("items/<int:pk>/approval/", review.item_approval_view, name="item-approval"),
+    path("items/approvals/", review.item_approvals_view, name="item-approvals"),
     path("items/<int:pk>/retry/", review.item_retry_view, name="item-retry"),
     path("items/<int:pk>/skip/", review.item_skip_view, name="item-skip"),
     path("search/", items.search, name="search"),

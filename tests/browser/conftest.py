@@ -181,7 +181,7 @@ def assert_keyboard_reaches_every_action(page, where: str = "") -> None:
     """Tab from the top of the page: every visible button, link and form field gets the focus in turn."""
     total = page.evaluate("""() => {
         let n = 0;
-        for (const el of document.querySelectorAll("a[href], button, input:not([type=hidden]), select, textarea")) {
+        for (const el of document.querySelectorAll("a[href], button, input:not([type=hidden]), select, textarea, details > summary")) {
             const r = el.getBoundingClientRect();
             if (!r.width || !r.height || el.disabled) continue;
             el.dataset.kbd = String(n++);

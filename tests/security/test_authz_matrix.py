@@ -85,6 +85,7 @@ EXPECT: dict[str, dict] = {
     "playbooks/versions/<int:pk>/export.yaml": _PAGE,
     "items/<int:pk>/": _PAGE,
     "items/<int:pk>/approval/": _action(409),                    # no decision given
+    "items/approvals/": _action(409),                            # nothing selected, no decision given
     "items/<int:pk>/retry/": _action(409),                       # the item is not failed
     "items/<int:pk>/skip/": _action(409),                        # no reason given
     "search/": _PAGE,                                            # tickets, customers and tasks across tasks

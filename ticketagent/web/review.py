@@ -22,10 +22,12 @@ from ticketagent.web import selectors_review
 from ticketagent.web.access import actor, login_required, render_page, require_operator
 
 
-def _review_page(request, *, error="", status=200):
+def _review_page(request, *, error="", status=200, extra=None):
     get = request.GET.get
     pages = {k: v for k, v in request.GET.items() if k in ("unknown_page", "approvals_page", "failed_page")}
-    return render_page(request, "review/queue.html", "review-live" if request.method == "GET" else None, {
+    fragment = "review-live" if request.method == "GET" or extra is not None else None
+    return render_page(request, "review/queue.html", fragment, {
+        **(extra or {}),
         "live_query": urlencode(pages),
         "unknown": selectors_review.review_unknown(get("unknown_page")),
         "approvals": selectors_review.review_approvals(get("approvals_page")),
@@ -118,6 +120,38 @@ def item_approval_view(request, pk):
     except ServiceError as exc:
         error = str(exc)
     return _item_answer(request, item, "approval-row", error)
+
+
+@login_required
+@require_POST
+def item_approvals_view(request):
+    """Approve or reject the selected items with one reason: each decided on its own (`item_approve`: its own
+    event, with the operator's name), those that no longer wait named in the answer; nothing changes without a
+    reason or a choice."""
+    require_operator(request)
+    approval, reason = request.POST.get("approval", ""), request.POST.get("reason", "").strip()
+    ids = [int(i) for i in request.POST.getlist("items") if i.isdigit()]
+    errors, done = [], []
+    if approval not in ("approve", "reject"):
+        errors.append("choose approve or reject")
+    elif not ids:
+        errors.append("select the items to decide first")
+    elif not reason:
+        errors.append("a reason is required to approve or reject")
+    else:
+        for item in Item.objects.filter(pk__in=ids).order_by("updated_at", "id"):
+            try:
+                item_approve(item_id=item.pk, approved=approval == "approve", reason=reason, actor=actor(request))
+                done.append(item.ticket_id)
+            except ServiceError as exc:
+                errors.append(f"{item.ticket_id}: {exc}")
+    result = f"{'Approved' if approval == 'approve' else 'Rejected'} {len(done)}: {', '.join(done)}." if done else ""
+    if not request.htmx:
+        if errors and not done:
+            return _review_page(request, error="; ".join(errors), status=409)
+        return redirect("review")
+    return _review_page(request, status=409 if errors and not done else 200,
+                        extra={"bulk_result": result, "bulk_errors": errors})
 
 
 def _failed_item_control(request, pk, service):

@@ -3,13 +3,14 @@
 from dataclasses import dataclass
 
 from django.core.paginator import Paginator
-from django.db.models import Count
+from django.db.models import Count, Max
 
 from ledger.models import Effect, EffectState, EffectTransition
 from ticketagent.channels.registry import get_channel
 from ticketagent.eventlog.merged import transition_payload
 from ticketagent.models import AUDIT_EVENTS, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.web.selectors import effects_with_owners
+from ticketagent.web.selectors_ops import item_decision
 
 REVIEW_PAGE_SIZE = 50
 
@@ -81,8 +82,23 @@ def review_unknown(page=1):
 
 
 def review_approvals(page=1):
-    return Paginator(Item.objects.filter(status=ItemStatus.WAITING_APPROVAL).select_related("task")
-                     .order_by("updated_at", "id"), REVIEW_PAGE_SIZE).get_page(page)
+    """Items waiting for approval, each with what a person needs to decide on the spot: `decision` (the agent's
+    actions and reason, what is held and why, the draft), the ticket's words, and `waiting_since` (when the
+    approval was asked for)."""
+    items = Paginator(Item.objects.filter(status=ItemStatus.WAITING_APPROVAL).select_related(
+        "task", "checkpoint").order_by("updated_at", "id"), REVIEW_PAGE_SIZE).get_page(page)
+    approvals_context(items)
+    return items
+
+
+def approvals_context(items) -> None:
+    """Attach `decision` and `waiting_since` to each item (one query for the times)."""
+    asked = dict(Event.objects.filter(item__in=[i.pk for i in items], type=EventType.APPROVAL_REQUESTED)
+                 .values_list("item_id").annotate(at=Max("timestamp")))
+    for item in items:
+        checkpoint = getattr(item, "checkpoint", None)
+        item.decision = item_decision(item, checkpoint)
+        item.waiting_since = asked.get(item.pk) or item.updated_at
 
 
 def review_failed(page=1):
