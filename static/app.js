@@ -16,7 +16,8 @@
       flash("Not allowed (403): your role may not do this (operators act on tasks, editors change playbooks), " +
             "or this page is out of date after signing in again: reload it.");
     } else {
-      flash("The server answered " + xhr.status + (text ? ": " + text.slice(0, 200) : "") + ".");
+      text = text.slice(0, 200);
+      flash("The server answered " + xhr.status + (text ? ": " + text : "") + (/[.!?]$/.test(text) ? "" : "."));
     }
   });
   document.addEventListener("htmx:sendError", function () {
