@@ -146,6 +146,23 @@ class TestTaskPage:
         assert [e["type"] for e in events] == ["TASK_CREATED", "PLANNED"]
         assert set(events[0]) >= {"timestamp", "type", "payload"}
 
+    def test_the_jsonl_export_names_each_item_by_its_ticket(self, client, bob, sandbox):
+        """Before: items only by database id."""
+        import json
+
+        from ticketagent.pipeline.run import item_process
+
+        task = make_task(1, prefix="EX")
+        item = task.items.get()
+        assert item_process(item_id=item.pk, attempt=item.attempt) == "done"
+        client.force_login(bob)
+        response = client.get(reverse("task-events", args=[task.pk]))
+        lines = [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
+        about_items = [line for line in lines if line["item"] is not None]
+        assert about_items and all(line["ticket"] == "EX-1" for line in about_items)
+        assert {"EFFECT_COMMITTED", "ITEM_DONE"} <= {line["type"] for line in about_items}
+        assert all("ticket" not in line for line in lines if line["item"] is None)
+
     def test_the_checkpoint_view(self, client, bob):
         from ticketagent.models import Checkpoint
 

@@ -127,11 +127,14 @@ def task_events_jsonl(request, pk):
     task = task_or_404(pk)
 
     def lines():
-        # the task's events and its effects' transitions, one log (eventlog.merged)
+        # the task's events and its effects' transitions, one log (eventlog.merged); each item named by its ticket
+        tickets = dict(task.items.values_list("pk", "ticket_id"))
         events = ((e.timestamp, e.pk, event_line(e))
                   for e in Event.objects.filter(task=task).order_by("id").iterator(chunk_size=2000))
         transitions = ((at, n, transition_line(line)) for at, n, line in task_transitions(task.pk))
         for line in merge(events, transitions):
+            if line["item"] is not None:
+                line["ticket"] = tickets.get(line["item"])
             yield json.dumps(line, ensure_ascii=False) + "\n"
 
     response = StreamingHttpResponse(lines(), content_type="application/x-ndjson; charset=utf-8")
