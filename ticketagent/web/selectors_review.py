@@ -108,13 +108,17 @@ def review_failed(page=1):
 
 
 def suspended_tasks() -> list[Task]:
-    """Suspended tasks, oldest first, each with `held`: its items that will not run until a resume."""
+    """Suspended tasks, oldest first, each with `held` (its queued items, which wait for a resume: the task page
+    counts the same) and `failed` (its failed items, which a resume retries)."""
     tasks = list(Task.objects.filter(status=TaskStatus.SUSPENDED).select_related("last_success_item")
                  .order_by("id")[:REVIEW_PAGE_SIZE])
-    held = dict(Item.objects.filter(task__in=tasks, status__in=(ItemStatus.QUEUED, ItemStatus.FAILED))
-                .values_list("task_id").annotate(n=Count("*")))
+    counts: dict[tuple, int] = {}
+    for task_id, status, n in (Item.objects.filter(task__in=tasks, status__in=(ItemStatus.QUEUED, ItemStatus.FAILED))
+                               .values_list("task_id", "status").annotate(n=Count("*"))):
+        counts[task_id, status] = n
     for task in tasks:
-        task.held = held.get(task.pk, 0)
+        task.held = counts.get((task.pk, ItemStatus.QUEUED), 0)
+        task.failed = counts.get((task.pk, ItemStatus.FAILED), 0)
     return tasks
 
 

@@ -20,12 +20,18 @@ from ticketagent.eventlog.export import event_line, transition_line
 from ticketagent.eventlog.merged import merge, task_transitions
 from ticketagent.eventlog.usage import task_usage
 from ticketagent.health import health_numbers
-from ticketagent.models import ACTIVE_TASK_STATUSES, Event, Task
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, ItemStatus, Task, TaskStatus
 from ticketagent.plan import steps_of
 from ticketagent.services import ServiceError
 from ticketagent.services.budget import budget_parse
 from ticketagent.services.outcomes import SHOWS, done_nothing_sent, items_shown, show_counts
-from ticketagent.services.resume import task_clone_unfinished, task_dry_run, task_move_version, task_resume
+from ticketagent.services.resume import (
+    RESUMABLE_ITEM_STATUSES,
+    task_clone_unfinished,
+    task_dry_run,
+    task_move_version,
+    task_resume,
+)
 from ticketagent.services.tasks import task_cancel, task_pause
 from ticketagent.web import selectors
 from ticketagent.web.access import (
@@ -37,6 +43,8 @@ from ticketagent.web.access import (
     require_operator,
     task_or_404,
 )
+
+RESUMABLE_TASK_STATUSES = (TaskStatus.SUSPENDED, TaskStatus.PAUSED, TaskStatus.NEEDS_REVIEW)
 
 
 @login_required
@@ -82,6 +90,9 @@ def _detail_context(request, task: Task, **extra) -> dict:
         "items": items,
         "show": show, "show_label": dict(SHOWS)[show],
         "served": selectors.task_models(task),
+        # Resume is offered only when it would send something back to the queue (or an item still runs)
+        "can_resume": task.status in RESUMABLE_TASK_STATUSES and task.items.filter(
+            status__in=(*RESUMABLE_ITEM_STATUSES, ItemStatus.RUNNING)).exists(),
         "shows": [(key, label, counts[key]) for key, label in SHOWS if counts[key] or key in ("all", show)],
         "effects_by_item": selectors.items_page_effects(items),
         "events": selectors.task_recent_events(task),
