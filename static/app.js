@@ -38,6 +38,30 @@
       event.preventDefault();
     }
   });
+  // After a swap of the part the person was working in (an approval's row, the task's controls), the focus goes
+  // to what the answer says (its alert or status) instead of falling back to the top of the page.
+  // A live view's poll keeps the focus where it was: the same element, or the nearest part of the page around
+  // it that is still there (by id).
+  var refocus = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target, active = document.activeElement, ids = [];
+    if (!target || !target.contains(active) || active === document.body) { refocus = null; return; }
+    for (var el = active; el && el !== document.body; el = el.parentElement) { if (el.id) ids.push(el.id); }
+    refocus = {place: target.id, ids: ids, answer: event.detail.requestConfig.verb !== "get"};
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    var then = refocus;
+    refocus = null;
+    if (!then || (document.activeElement && document.activeElement !== document.body)) return;
+    var place = then.place && document.getElementById(then.place), into = null;
+    if (then.answer && place) into = place.querySelector("[role=alert], [role=status], .status") || place;
+    for (var i = 0; !into && i < then.ids.length; i++) into = document.getElementById(then.ids[i]);
+    if (!into) return;
+    if (!into.hasAttribute("tabindex") && !into.matches("a[href], button, input, select, textarea, summary")) {
+      into.setAttribute("tabindex", "-1");
+    }
+    into.focus({preventScroll: !then.answer});
+  });
   document.addEventListener("htmx:afterRequest", function (event) {
     var box = document.getElementById("flash");
     if (box && event.detail.successful && !box.hidden && event.detail.requestConfig.verb !== "get") {

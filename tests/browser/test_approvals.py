@@ -59,4 +59,14 @@ def test_each_approval_shows_why_the_words_and_the_draft_and_several_are_decided
         (items[0].pk, "alice", "The customers confirmed it works"),
         (items[2].pk, "alice", "The customers confirmed it works")]  # each decision audited on its own
     expect(page.locator(".audit")).to_contain_text("C-3")
+
+    # the last one by keyboard, on its own row: the focus stays with the answer, not at the top of the page
+    last = page.locator(f"#approval-{items[1].pk}")
+    last.get_by_label("reason").focus()
+    page.keyboard.type("Confirmed on the phone")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")  # Approve
+    expect(last.locator(".status")).to_have_text("approved")
+    assert page.evaluate(f"() => !!document.activeElement.closest('#approval-{items[1].pk}')"), \
+        page.evaluate("() => document.activeElement.outerHTML.slice(0, 120)")
     assert page.console_errors == []

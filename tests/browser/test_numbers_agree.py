@@ -40,7 +40,7 @@ def test_held_failed_and_resume_mean_the_same_everywhere(page, live_server, queu
 
     page.goto(f"/tasks/{waiting.pk}/")
     expect(page.locator("#controls #resume")).to_have_count(0)
-    expect(page.locator("#nothing-to-resume")).to_contain_text("Nothing to resume")
-    page.locator("#nothing-to-resume a").click()
+    expect(page.locator("#no-resume")).to_contain_text("Nothing to resume")
+    page.locator("#no-resume a").click()
     expect(page).to_have_url(f"{live_server.url}/review/")
     assert_accessible(page, "Review")

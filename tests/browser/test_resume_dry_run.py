@@ -27,12 +27,17 @@ def test_a_resume_that_would_enqueue_nothing_is_neither_offered_nor_counted(page
     page.goto(f"/tasks/{task.pk}/")
     mark_page(page)
 
-    page.locator("#resume").click()
-    nothing = page.locator("#nothing-to-resume")
+    expect(page.locator("#resume")).to_have_count(0)  # not offered: it could only answer "nothing to resume"
+    nothing = page.locator("#no-resume")
     expect(nothing).to_contain_text("Nothing to resume")
+    expect(nothing.get_by_role("link")).to_have_attribute("href", "/review/")
+    # the dry-run, asked for anyway, says why
+    page.goto(f"/tasks/{task.pk}/dry-run/")
+    nothing = page.locator("#nothing-to-resume")
     expect(nothing).to_contain_text("1 item waiting for approval")
     expect(page.locator("#confirm-resume")).to_have_count(0)
     expect(nothing.get_by_role("link", name="Review")).to_have_attribute("href", "/review/")
+    mark_page(page)
 
     # forced anyway: refused on the server, not counted
     page.evaluate("(url) => htmx.ajax('POST', url, {target: '#controls', swap: 'outerHTML'})",
@@ -54,11 +59,12 @@ def test_after_confirm_resume_the_confirmation_is_on_screen(page, live_server, q
     page.locator("#resume").click()
     confirm = page.locator("#confirm-resume")
     expect(confirm).to_have_text("Confirm resume (60 items)")
-    confirm.scroll_into_view_if_needed()
-    assert page.evaluate("() => window.scrollY") > 500, "the button sits below a long dry-run"
-    confirm.click()
+    expect(confirm).to_be_in_viewport()  # before the dry-run's 60 rows, not 6,000 px below them
+    confirm.focus()
+    page.keyboard.press("Enter")
     message = page.locator("#controls [role=status]")
     expect(message).to_have_text("Resumed: 60 items enqueued.")
     expect(message).to_be_in_viewport()
+    expect(message).to_be_focused()  # the focus goes to the answer, not back to the top of the page
     expect(page.locator("#resume-count")).to_have_text("resumed 1×")
     expect(page.locator("#task-status")).to_have_text("running")
