@@ -27,12 +27,23 @@ def test_held_failed_and_resume_mean_the_same_everywhere(page, live_server, queu
     Item.objects.filter(pk=first.pk).update(status=ItemStatus.DONE)
     Item.objects.filter(pk=second.pk).update(status=ItemStatus.WAITING_APPROVAL)
     Task.objects.filter(pk=waiting.pk).update(status=TaskStatus.NEEDS_REVIEW)
+    review = make_task(2, name="One failed", prefix="R")
+    failed, done = review.items.order_by("row")
+    Item.objects.filter(pk=failed.pk).update(status=ItemStatus.FAILED, attempt=3)  # requeued twice, never started
+    Item.objects.filter(pk=done.pk).update(status=ItemStatus.DONE)
+    Task.objects.filter(pk=review.pk).update(status=TaskStatus.NEEDS_REVIEW)
 
     login(page, "alice", "alice-pass-123")
     page.set_viewport_size({"width": width, "height": 900})
+    # failed items: "to review" where Review counts them, "retried on resume" where a resume does
+    expect(page.locator(f"#task-{review.pk} .s-failed-text")).to_have_text("failed, to review 1")
+    expect(page.locator("#att-failed")).to_have_text("1 failed item to review")
+    expect(page.locator(f"#task-{suspended.pk} .s-failed-text")).to_have_text("failed, retried on resume 4")
+    page.goto(f"/tasks/{review.pk}/")
+    expect(page.locator(f"#item-{failed.pk} td[data-label=Attempts]")).to_have_text("0")  # none ever started
     page.goto(f"/tasks/{suspended.pk}/")
     expect(page.locator("#progress [data-state=queued]")).to_have_text("held until resume 12")
-    expect(page.locator("#progress [data-state=failed]")).to_have_text("failed 4")
+    expect(page.locator("#progress [data-state=failed]")).to_have_text("failed, retried on resume 4")
     expect(page.locator("#controls #resume")).to_be_visible()
     page.goto("/review/")
     expect(page.locator(f"#suspended-{suspended.pk} .held-count")).to_have_text(

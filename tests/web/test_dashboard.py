@@ -113,7 +113,8 @@ class TestTaskPage:
         html = client.get(reverse("task-detail", args=[task.pk])).content.decode()
         row = html[html.index(f'id="item-{effect.owner_item}"'):]
         row = row[:row.index("</tr>")]
-        assert "waiting for review" in row and '<td data-label="Attempts">2</td>' in row
+        # attempt 2 by its number, but no worker ever started it (the effect was made by hand here)
+        assert "waiting for review" in row and re.search(r'<td data-label="Attempts"[^>]*>0</td>', row)
         assert "triage" in row  # no checkpoint yet: the next step is the first one
         assert 'class="pill e-unknown"' in row and "notify_customer" in row
         assert "outcome unknown" in row

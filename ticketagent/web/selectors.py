@@ -37,6 +37,7 @@ class Progress:
     percent: int
     pace: Pace  # items per minute and an ETA range, from running time only (web/pace.py)
     held: bool = False  # queued items will not run until a resume (the task is suspended or paused)
+    needs_review: bool = False  # its failed items wait on Review
 
     @property
     def per_minute(self) -> float | None:
@@ -52,11 +53,18 @@ class Progress:
 
     @property
     def segments(self):
-        """(status, count, width %, label): queued items of a stopped task are labelled as held."""
+        """(status, count, width %, label): queued items of a stopped task are labelled as held, and its failed
+        ones as what a resume retries; a task that needs review has its failed items to review (as Review's)."""
         for status in ITEM_ORDER:
             n = self.counts.get(status, 0)
             if n:
-                label = HELD_LABEL if self.held and status == ItemStatus.QUEUED else ItemStatus(status).label
+                label = ItemStatus(status).label
+                if self.held and status == ItemStatus.QUEUED:
+                    label = HELD_LABEL
+                elif status == ItemStatus.FAILED and self.held:
+                    label = "failed, retried on resume"
+                elif status == ItemStatus.FAILED and self.needs_review:
+                    label = "failed, to review"
                 yield status, n, 100.0 * n / self.total if self.total else 0, label
 
 
@@ -68,7 +76,7 @@ def _progress(task: Task, counts: dict, pace: Pace) -> Progress:
     done = sum(counts.get(s, 0) for s in ENDED)
     percent = int(100 * done / total) if total else 0
     held = task.status in (TaskStatus.SUSPENDED, TaskStatus.PAUSED)
-    return Progress(total, counts, done, percent, pace, held=held)
+    return Progress(total, counts, done, percent, pace, held=held, needs_review=task.status == TaskStatus.NEEDS_REVIEW)
 
 
 def _frozen(task: Task) -> bool:
@@ -193,6 +201,13 @@ def effects_with_owners(effects) -> list[Effect]:
         effect.owner = items.get(_int_or_none(effect.owner_item))
         effect.age_seconds = (now - effect.intent_at).total_seconds() if effect.intent_at else 0.0
     return effects
+
+
+def items_started(items) -> dict[int, int]:
+    """Per item, the attempts that started (its ITEM_STARTED events): a hand-back or a requeue before a worker took
+    the item raises its attempt number but starts nothing."""
+    return dict(Event.objects.filter(item__in=[i.pk for i in items], type=EventType.ITEM_STARTED)
+                .values_list("item_id").annotate(n=Count("id")))
 
 
 def items_page_effects(items) -> dict[int, list[Effect]]:

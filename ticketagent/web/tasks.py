@@ -95,6 +95,7 @@ def _detail_context(request, task: Task, **extra) -> dict:
             status__in=(*RESUMABLE_ITEM_STATUSES, ItemStatus.RUNNING)).exists(),
         "shows": [(key, label, counts[key]) for key, label in SHOWS if counts[key] or key in ("all", show)],
         "effects_by_item": selectors.items_page_effects(items),
+        "started": selectors.items_started(items),
         "events": selectors.task_recent_events(task),
         "usage": task_usage(task.pk),
         "model_wait": selectors.model_api_wait() if task.status in ACTIVE_TASK_STATUSES else "",
