@@ -12,9 +12,12 @@
   document.addEventListener("htmx:responseError", function (event) {
     var xhr = event.detail.xhr;
     var text = (xhr.responseText || "").replace(/<[^>]*>/g, " ").replace(/\s+/g, " ").trim();
-    if (xhr.status === 403) {
-      flash("Not allowed (403): your role may not do this (operators act on tasks, editors change playbooks), " +
-            "or this page is out of date after signing in again: reload it.");
+    if (xhr.status === 403 && (xhr.responseText || "").indexOf("csrf-denied") !== -1) {
+      flash("This page is out of date: you signed in again since it was loaded. Reload it and try again; " +
+            "nothing was changed.");
+    } else if (xhr.status === 403) {
+      flash("Not allowed (403): your role may not do this (operators act on tasks, editors change playbooks); " +
+            "nothing was changed.");
     } else {
       text = text.slice(0, 200);
       flash("The server answered " + xhr.status + (text ? ": " + text : "") + (/[.!?]$/.test(text) ? "" : "."));

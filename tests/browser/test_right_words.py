@@ -46,7 +46,9 @@ def test_refusals_say_why_and_the_verdict_is_chosen_not_assumed(page, live_serve
     page.context.clear_cookies()
     login(other, "alice", "alice-pass-123")
     other.close()
-    page.evaluate(SUBMIT, [f"/tasks/{task.pk}/pause/", stale])
+    page.locator("#pause").click()  # the old page's own button: htmx sends the old token
+    expect(page.locator("#flash")).to_contain_text("This page is out of date: you signed in again since it was loaded")
+    page.evaluate(SUBMIT, [f"/tasks/{task.pk}/pause/", stale])  # and a plain form
     expect(page.locator("#csrf-denied")).to_contain_text("loaded before you signed in again")
 
     # an unknown effect: the verdict is chosen, never preset; "did not happen" reads as what follows

@@ -71,12 +71,13 @@ def test_a_viewer_sees_no_buttons_and_a_forged_post_gets_403(page, live_server, 
                                                    body: new URLSearchParams(form)});
                 return [response.status, await response.text()];
             }""", [url, token, form])
-        assert status == 403 and "CSRF" not in body, (url, body[:200])  # refused for the role, not the token
+        # refused for the role, not the token, with a page that says so
+        assert status == 403 and 'id="denied"' in body and "csrf-denied" not in body, (url, body[:200])
         response = page.request.post(url, form=form, headers={"X-CSRFToken": token})
-        assert response.status == 403 and "CSRF" not in response.text(), url
+        assert response.status == 403 and "csrf-denied" not in response.text(), url
     upload = page.request.post("/upload/", headers={"X-CSRFToken": token}, multipart={
         "file": {"name": "b.csv", "mimeType": "text/csv", "buffer": csv_batch(1)}, "notify_channel": "helpdesk"})
-    assert upload.status == 403 and "CSRF" not in upload.text()
+    assert upload.status == 403 and "csrf-denied" not in upload.text()
 
     # through htmx the refusal is shown in the page, which stays
     mark_page(page)

@@ -147,6 +147,7 @@ class TestTaskPage:
         assert [e["type"] for e in events] == ["TASK_CREATED", "PLANNED"]
         assert set(events[0]) >= {"timestamp", "type", "payload"}
 
+    @pytest.mark.django_db(transaction=True)  # the lease's heartbeat renews it from a connection of its own
     def test_the_jsonl_export_names_each_item_by_its_ticket(self, client, bob, sandbox):
         """Before: items only by database id."""
         import json
