@@ -2,7 +2,10 @@
 
 Before: the model was a label of the task, written when it was created: a task started on the local model and
 finished after a restart on the offline rules still said "local model" everywhere, and an item's page could not
-say which model had decided it."""
+say which model had decided it; the JSONL export named items only by their database id."""
+
+import json
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -35,6 +38,13 @@ def test_each_model_step_names_the_model_that_served_it(page, live_server, queue
     expect(page.locator("#task-models")).to_have_text(
         "model steps by local model: SmolLM2-135M (3), offline model (3)")
     assert_fits_the_screen(page, "the task page")
+    # the export names each item by its ticket (it named them by database id) and each model step by its model
+    with page.expect_download() as download:
+        page.get_by_role("link", name="export events (JSONL)").click()
+    lines = [json.loads(line) for line in Path(download.value.path()).read_text().splitlines()]
+    steps = [line for line in lines if line["type"] == "STEP_DONE" and "model" in line["payload"]]
+    assert {(line["ticket"], line["payload"]["model"]) for line in steps} == {
+        ("T-1", "local model: SmolLM2-135M"), ("T-2", "offline model")}
 
     page.goto(f"/items/{before.pk}/")
     decision = page.locator("#decision")
