@@ -6,7 +6,10 @@ An item makes three model calls, so with C items in flight the ideal is
 C / (3 x call seconds) items/s (C / 6 s at 2 s a call). Each run sends
 `inflight_rounds` x C tickets, so every thread runs several items and the
 ramp-up weighs little. Memory is the peak RSS of all the processes of a
-side, sampled once a second: per item in flight, what a thread costs.
+side, sampled once a second: per item in flight, what a thread costs. CPU is
+what the side's processes used over the run, in cores (1.00: one core busy
+all the time), and the machine's, all processes together: where the rate
+bends, they say why.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import psutil
 from django.db import connection
 
 from ops.bench.dbos_peer import DbosPeer
@@ -63,19 +67,57 @@ def _connections_free() -> int:
         return int(cursor.fetchone()[0])
 
 
-def _row(bench: Bench, side: str, in_flight: int, n: int, seconds: float, rss_mb: float, valid: bool) -> None:
+class CpuMeter:
+    """CPU seconds used by some processes (and their children) and by the whole machine, between start and stop."""
+
+    def __init__(self, pids: list[int]):
+        self.pids = pids
+
+    def _used(self) -> float:
+        total = 0.0
+        for pid in self.pids:
+            try:
+                parent = psutil.Process(pid)
+                for proc in (parent, *parent.children(recursive=True)):
+                    times = proc.cpu_times()
+                    total += times.user + times.system
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
+    def start(self) -> None:
+        self.t0, self.own0, self.machine0 = time.time(), self._used(), psutil.cpu_times()
+
+    def stop(self) -> tuple[float, float]:
+        """(cores the processes kept busy, cores the machine kept busy) on average."""
+        wall = max(time.time() - self.t0, 1e-6)
+        machine = psutil.cpu_times()
+        def idle(t):
+            return t.idle + getattr(t, "iowait", 0)
+
+        busy = sum(machine) - sum(self.machine0) - (idle(machine) - idle(self.machine0))
+        return (self._used() - self.own0) / wall, busy / wall
+
+
+def _row(bench: Bench, side: str, in_flight: int, n: int, seconds: float, rss_mb: float, valid: bool,
+         cpu: tuple[float, float]) -> None:
     s = bench.sizes
     ips = n / seconds
     ideal = in_flight / (3 * s.inflight_call_seconds)
     per = rss_mb / in_flight
+    own, machine = cpu
     bench.results.raw["inflight"][f"{side}-{in_flight}"] = {
         "items": n, "in_flight": in_flight, "items_per_s": ips, "ideal": ideal, "rss_mb": rss_mb,
-        "rss_mb_per_item_in_flight": per}
+        "rss_mb_per_item_in_flight": per, "cpu_cores": own, "machine_cores": machine,
+        "cpu_ms_per_item": 1000 * own * seconds / n}
     bench.log(f"  {side}, {in_flight} in flight, {n} items: {ips:.2f} items/s (ideal {ideal:.2f}) = "
-              f"{ips / ideal:.2f}×; RSS {rss_mb:.0f} MB in all, {per:.1f} MB per item in flight")
+              f"{ips / ideal:.2f}×; RSS {rss_mb:.0f} MB in all, {per:.1f} MB per item in flight; "
+              f"CPU {own:.2f} cores ({1000 * own * seconds / n:.0f} ms an item), machine {machine:.2f} of "
+              f"{psutil.cpu_count()} cores")
     bench.results.add("28", f"{side}: {in_flight} in flight, model {s.inflight_call_seconds:g} s/call, {n} tickets",
                       f"{ips:.2f} items/s = **{ips / ideal:.2f}×** ideal; RSS {rss_mb:.0f} MB "
-                      f"({per:.1f} MB per item in flight)" + ("" if valid else " (INVALID, see notes)"),
+                      f"({per:.1f} MB per item in flight); CPU {own:.2f} cores, machine {machine:.2f} of "
+                      f"{psutil.cpu_count()}" + ("" if valid else " (INVALID, see notes)"),
                       "≥ 0.85× ideal", valid and ips / ideal >= 0.85)
 
 
@@ -88,11 +130,14 @@ def _ours(bench: Bench, env: dict, *, processes: int, threads: int) -> None:
     time.sleep(0.5)
     sampler = RssSampler(procs)
     sampler.start()
+    meter = CpuMeter([p.pid for p in procs])
+    meter.start()
     t0 = time.time()
     tag = f"F{processes}x{threads}"
     task = task_create(rows=ticket_rows(n, tag, bench.rng), name=f"bench in flight {processes}x{threads}",
                        allow_auto_close=True, failure_threshold=n + 1)
     end = wait_task_ended(task.pk, n, timeout=120 + 3 * n * s.inflight_call_seconds * 3 / in_flight)
+    cpu = meter.stop()
     sampler.stop()
     bench.procs.stop_workers(procs)
     outcome = task_outcome(task.pk)
@@ -101,7 +146,7 @@ def _ours(bench: Bench, env: dict, *, processes: int, threads: int) -> None:
         bench.results.notes.append(f"in flight, {processes}x{threads}: items ended {outcome} (logs: {bench.workdir})")
     side = (f"ours, 1 process × WORKER_THREADS={threads}" if processes == 1
             else f"ours, {processes} processes × 1 item (today's workers)")
-    _row(bench, side, in_flight, n, end - t0, sum(sampler.peak_rss.values()) / 2**20, valid)
+    _row(bench, side, in_flight, n, end - t0, sum(sampler.peak_rss.values()) / 2**20, valid, cpu)
 
 
 def _peer(bench: Bench, peer: DbosPeer, env: dict, threads: int) -> None:
@@ -110,15 +155,18 @@ def _peer(bench: Bench, peer: DbosPeer, env: dict, threads: int) -> None:
     children = peer.start(1, {**env, "PEER_CONCURRENCY": str(threads)})
     sampler = RssSampler(children)
     sampler.start()
+    meter = CpuMeter([c.pid for c in children])
+    meter.start()
     try:
         peer.forget_runs()
         done = peer.wait(peer.submit(ticket_rows(n, f"D{threads}", bench.rng), f"inflight-{threads}"),
                          timeout=120 + 3 * n * s.inflight_call_seconds * 3 / threads)
     finally:
+        cpu = meter.stop()
         sampler.stop()
         peer.stop(children)
     valid = done.statuses.get("SUCCESS", 0) == n
     if not valid:
         bench.results.notes.append(f"in flight, DBOS {threads}: workflows ended {done.statuses}")
     _row(bench, f"DBOS Transact, 1 process × {threads} workflows", threads, n, done.ended - done.submitted,
-         sum(sampler.peak_rss.values()) / 2**20, valid)
+         sum(sampler.peak_rss.values()) / 2**20, valid, cpu)

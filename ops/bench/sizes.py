@@ -38,7 +38,7 @@ class Sizes:
     faults_items: int = 100
     faults_workers: int = 2
     inflight_call_seconds: float = 2.0
-    inflight_threads: tuple[int, ...] = (50, 100, 200)  # one process, WORKER_THREADS item threads
+    inflight_threads: tuple[int, ...] = (24, 50, 100, 200)  # one process, WORKER_THREADS threads
     inflight_processes: tuple[int, ...] = (8, 16)  # today's workers: one item per process
     inflight_peer: tuple[int, ...] = (50, 100, 200)  # DBOS, one process, that many workflows at once
     inflight_rounds: int = 3  # tickets per run: rounds x items in flight
