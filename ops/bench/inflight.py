@@ -47,6 +47,10 @@ def run(bench: Bench) -> None:
             _ours(bench, env, processes=1, threads=threads)
         for processes in s.inflight_processes:
             _ours(bench, env, processes=processes, threads=1)
+        for processes, threads in s.inflight_split:
+            if processes * threads + 10 > room:
+                continue
+            _ours(bench, env, processes=processes, threads=threads)
         peer = DbosPeer(bench)
         try:
             for threads in s.inflight_peer:
@@ -145,7 +149,8 @@ def _ours(bench: Bench, env: dict, *, processes: int, threads: int) -> None:
     if not valid:
         bench.results.notes.append(f"in flight, {processes}x{threads}: items ended {outcome} (logs: {bench.workdir})")
     side = (f"ours, 1 process × WORKER_THREADS={threads}" if processes == 1
-            else f"ours, {processes} processes × 1 item (today's workers)")
+            else f"ours, {processes} processes × 1 item (today's workers)" if threads == 1
+            else f"ours, {processes} processes × WORKER_THREADS={threads}")
     _row(bench, side, in_flight, n, end - t0, sum(sampler.peak_rss.values()) / 2**20, valid, cpu)
 
 

@@ -40,6 +40,7 @@ class Sizes:
     inflight_call_seconds: float = 2.0
     inflight_threads: tuple[int, ...] = (24, 50, 100, 200)  # one process, WORKER_THREADS threads
     inflight_processes: tuple[int, ...] = (8, 16)  # today's workers: one item per process
+    inflight_split: tuple[tuple[int, int], ...] = ((2, 50),)  # processes x threads: is the bend per process?
     inflight_peer: tuple[int, ...] = (50, 100, 200)  # DBOS, one process, that many workflows at once
     inflight_rounds: int = 3  # tickets per run: rounds x items in flight
     ratelimit_items: int = 1000
@@ -59,6 +60,6 @@ TINY = Sizes("tiny", overhead_items=4, overhead_workers=(1,), gate_ops=10, laten
              dataset_task_size=50, replay_events=800, dashboard_requests=3, dryrun_repeats=2, replay_repeats=1,
              peer_items=3, peer_workers=(1,), peer_repeats=1, writes_items=3, upload_sizes=(200,), fair_big=60,
              fair_small=2, fair_workers=1, fair_wait=10.0, faults_items=6, faults_workers=1,
-             inflight_call_seconds=0.05, inflight_threads=(3,), inflight_processes=(2,), inflight_peer=(3,),
-             inflight_rounds=1, ratelimit_items=4, ratelimit_rpm=6000, ratelimit_threads=2, ratelimit_call_seconds=0.05)
+             inflight_call_seconds=0.05, inflight_threads=(3,), inflight_processes=(2,), inflight_split=((2, 2),),
+             inflight_peer=(3,), inflight_rounds=1, ratelimit_items=4, ratelimit_rpm=6000, ratelimit_threads=2, ratelimit_call_seconds=0.05)
 SIZES = {s.name: s for s in (QUICK, FULL, TINY)}
