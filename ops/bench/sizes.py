@@ -61,5 +61,6 @@ TINY = Sizes("tiny", overhead_items=4, overhead_workers=(1,), gate_ops=10, laten
              peer_items=3, peer_workers=(1,), peer_repeats=1, writes_items=3, upload_sizes=(200,), fair_big=60,
              fair_small=2, fair_workers=1, fair_wait=10.0, faults_items=6, faults_workers=1,
              inflight_call_seconds=0.05, inflight_threads=(3,), inflight_processes=(2,), inflight_split=((2, 2),),
-             inflight_peer=(3,), inflight_rounds=1, ratelimit_items=4, ratelimit_rpm=6000, ratelimit_threads=2, ratelimit_call_seconds=0.05)
+             inflight_peer=(3,), inflight_rounds=1, ratelimit_items=4, ratelimit_rpm=6000, ratelimit_threads=2,
+             ratelimit_call_seconds=0.05)
 SIZES = {s.name: s for s in (QUICK, FULL, TINY)}
