@@ -45,16 +45,16 @@
   // to what the answer says (its alert or status) instead of falling back to the top of the page.
   // A live view's poll keeps the focus where it was: the same element, or the nearest part of the page around
   // it that is still there (by id).
-  var refocus = null;
+  var refocus = new Map();  // per request: a poll's swap between an answer's swap and settle keeps its own
   document.addEventListener("htmx:beforeSwap", function (event) {
     var target = event.detail.target, active = document.activeElement, ids = [];
-    if (!target || !target.contains(active) || active === document.body) { refocus = null; return; }
+    if (!target || !target.contains(active) || active === document.body) return;
     for (var el = active; el && el !== document.body; el = el.parentElement) { if (el.id) ids.push(el.id); }
-    refocus = {place: target.id, ids: ids, answer: event.detail.requestConfig.verb !== "get"};
+    refocus.set(event.detail.xhr, {place: target.id, ids: ids, answer: event.detail.requestConfig.verb !== "get"});
   });
-  document.addEventListener("htmx:afterSettle", function () {
-    var then = refocus;
-    refocus = null;
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var then = refocus.get(event.detail.xhr);
+    refocus.delete(event.detail.xhr);
     if (!then || (document.activeElement && document.activeElement !== document.body)) return;
     var place = then.place && document.getElementById(then.place), into = null;
     if (then.answer && place) into = place.querySelector("[role=alert], [role=status], .status") || place;
