@@ -26,9 +26,13 @@ SHOWS = [
 _WAITING = (ItemStatus.WAITING_REVIEW, ItemStatus.WAITING_APPROVAL)
 
 
+def outer_item_effects():
+    """The effects of the item a subquery is about (`OuterRef("pk")`: the ledger keeps the owner as text)."""
+    return Effect.objects.filter(owner_item=Cast(OuterRef("pk"), output_field=CharField()))
+
+
 def _committed():
-    return Effect.objects.filter(owner_item=Cast(OuterRef("pk"), output_field=CharField()),
-                                 state=EffectState.COMMITTED)
+    return outer_item_effects().filter(state=EffectState.COMMITTED)
 
 
 def items_shown(items, show: str):

@@ -4,8 +4,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import CharField, Exists, F, OuterRef
-from django.db.models.functions import Cast
+from django.db.models import Exists, F
 
 from ledger.models import Effect, EffectState
 from ticketagent.eventlog.append import event_append, events_append
@@ -19,6 +18,7 @@ from ticketagent.playbooks.services import version_latest_published
 from ticketagent.services import ServiceError
 from ticketagent.services.budget import Budget, budget_reached, budget_renew_locked
 from ticketagent.services.items import items_requeue
+from ticketagent.services.outcomes import outer_item_effects
 from ticketagent.services.tasks import task_create, task_locked, task_maybe_finish
 from ticketagent.upload.rows import TicketRow
 
@@ -95,6 +95,12 @@ class DryRun:
 RESUMABLE_ITEM_STATUSES = (ItemStatus.QUEUED, ItemStatus.FAILED)
 
 
+def task_has_work_to_resume(task: Task) -> bool:
+    """Whether a resume would do anything: an item it sends back to the queue, or one that still runs (one
+    query; the dry-run's `can_resume` says the same item by item)."""
+    return task.items.filter(status__in=(*RESUMABLE_ITEM_STATUSES, ItemStatus.RUNNING)).exists()
+
+
 def _incompatible_checkpoints(task: Task) -> int:
     return Checkpoint.objects.filter(task=task).exclude(
         schema_version=SCHEMA_VERSION, plan_version__in=SUPPORTED_PLAN_VERSIONS).count()
@@ -169,8 +175,7 @@ MOVABLE_STATUSES = (ItemStatus.QUEUED, ItemStatus.FAILED, ItemStatus.WAITING_APP
 def _movable(task: Task, version: PlaybookVersion):
     """The unfinished items that may move to `version` (a query): not running, not on it already, and with
     no effect that happened or may have (only failed or skipped ones, which nobody received)."""
-    acted = Effect.objects.filter(owner_item=Cast(OuterRef("pk"), output_field=CharField())).exclude(
-        state__in=(EffectState.FAILED, EffectState.SKIPPED))
+    acted = outer_item_effects().exclude(state__in=(EffectState.FAILED, EffectState.SKIPPED))
     return task.items.filter(status__in=MOVABLE_STATUSES).exclude(playbook_version=version).exclude(Exists(acted))
 
 

@@ -63,7 +63,7 @@ def _effect_answer(request, effect, error=""):
     [effect] = selectors_review.with_evidence([effect])
     return render_page(request, "review/queue.html", "effect-row", {
         "effect": effect, "error": error, "unknown_warn": settings.UNKNOWN_AGE_WARN_SECONDS,
-    }, status=status, live="review-live")
+    }, status=status)
 
 
 @login_required

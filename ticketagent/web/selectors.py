@@ -122,6 +122,13 @@ def _window_start(task: Task, changes: list, now):
     return recent[0][0] if recent else now
 
 
+def tasks_nothing_sent(tasks: list[Task]) -> dict[int, int]:
+    """Per task, its done items with no committed effect: kept on a completed task (`final_nothing_sent`), counted
+    for the others (one query)."""
+    counted = done_nothing_sent([t.pk for t in tasks if t.final_nothing_sent is None])
+    return {t.pk: counted.get(t.pk, 0) if t.final_nothing_sent is None else t.final_nothing_sent for t in tasks}
+
+
 def task_models(task: Task) -> list[tuple[str, int]]:
     """The models that served the task's model steps, each with how many steps (a task may outlive a restart on
     another model); empty before any step."""
@@ -171,10 +178,10 @@ def tasks_for_dashboard(*, status_filter: str = "", limit: int = 50) -> list[Tas
         counts.setdefault(task_id, {})[status] = n
     paces = task_paces(tasks, counts)
     usage = tasks_usage(t.pk for t in tasks)
-    nothing = done_nothing_sent([t.pk for t in tasks if t.final_nothing_sent is None])
+    nothing = tasks_nothing_sent(tasks)
     for task in tasks:
         task.progress = _progress(task, counts.get(task.pk, {}), paces[task.pk])
-        task.nothing_sent = task.final_nothing_sent if task.final_nothing_sent is not None else nothing.get(task.pk, 0)
+        task.nothing_sent = nothing[task.pk]
         task.with_effects = task.progress.counts.get(ItemStatus.DONE, 0) - task.nothing_sent
         task.usage = usage.get(task.pk) or Usage(cost_usd=Decimal(0))
         task.percent = task.progress.percent

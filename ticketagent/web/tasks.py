@@ -20,15 +20,15 @@ from ticketagent.eventlog.export import event_line, transition_line
 from ticketagent.eventlog.merged import merge, task_transitions
 from ticketagent.eventlog.usage import task_usage
 from ticketagent.health import health_numbers
-from ticketagent.models import ACTIVE_TASK_STATUSES, Event, ItemStatus, Task, TaskStatus
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, Task
 from ticketagent.plan import steps_of
 from ticketagent.services import ServiceError
 from ticketagent.services.budget import budget_parse
-from ticketagent.services.outcomes import SHOWS, done_nothing_sent, items_shown, show_counts
+from ticketagent.services.outcomes import SHOWS, items_shown, show_counts
 from ticketagent.services.resume import (
-    RESUMABLE_ITEM_STATUSES,
     task_clone_unfinished,
     task_dry_run,
+    task_has_work_to_resume,
     task_move_version,
     task_resume,
 )
@@ -43,8 +43,6 @@ from ticketagent.web.access import (
     require_operator,
     task_or_404,
 )
-
-RESUMABLE_TASK_STATUSES = (TaskStatus.SUSPENDED, TaskStatus.PAUSED, TaskStatus.NEEDS_REVIEW)
 
 
 @login_required
@@ -81,18 +79,15 @@ def _detail_context(request, task: Task, **extra) -> dict:
     items = Paginator(items_shown(task.items.select_related("checkpoint").order_by("row"), show), 50).get_page(
         request.GET.get("page"))
     progress = selectors.task_progress(task)
-    nothing = task.final_nothing_sent if task.final_nothing_sent is not None else done_nothing_sent(
-        [task.pk]).get(task.pk, 0)
-    counts = show_counts(progress.counts, nothing)
+    counts = show_counts(progress.counts, selectors.tasks_nothing_sent([task])[task.pk])
     return {
         "task": task,
         "progress": progress,
         "items": items,
         "show": show, "show_label": dict(SHOWS)[show],
         "served": selectors.task_models(task),
-        # Resume is offered only when it would send something back to the queue (or an item still runs)
-        "can_resume": task.status in RESUMABLE_TASK_STATUSES and task.items.filter(
-            status__in=(*RESUMABLE_ITEM_STATUSES, ItemStatus.RUNNING)).exists(),
+        # Resume is offered (to a stopped task) only when it would do something
+        "can_resume": task.status not in ACTIVE_TASK_STATUSES and not task.is_final and task_has_work_to_resume(task),
         "shows": [(key, label, counts[key]) for key, label in SHOWS if counts[key] or key in ("all", show)],
         "effects_by_item": selectors.items_page_effects(items),
         "started": selectors.items_started(items),
