@@ -11,6 +11,7 @@ import json
 import secrets
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from ops.processes import Child, Processes, dbos_worker_command, start_sandbox
@@ -100,17 +101,24 @@ class BenchProcesses:
         return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"],
                                 env=deployed(extra_env))
 
-    def start_model_server(self, latency: float, *, rpm: int = 0) -> tuple[Child, str]:
+    def start_model_server(self, latency: float, *, rpm: int = 0, spread: float = 0.0) -> tuple[Child, str]:
         """The fake model as a process of its own (ops.fake_model; `rpm`: 429s past that many requests a
-        minute); returns it and its base URL."""
-        child = self.procs.start("model-server", [sys.executable, "-m", "ops.fake_model",
-                                                  "--latency", str(latency), "--rpm", str(rpm)])
+        minute; `spread`: each answer's latency drawn from latency x (1 ± spread)); returns it and its base URL."""
+        child = self.procs.start("model-server", [sys.executable, "-m", "ops.fake_model", "--latency", str(latency),
+                                                  "--spread", str(spread), "--rpm", str(rpm)])
         try:
             line = child.wait_line(lambda text: text.startswith("{") and '"port"' in text, timeout=30)
         except RuntimeError:
             self.stop_other(child)
             raise
         return child, f"http://127.0.0.1:{json.loads(line)['port']}/v1"
+
+    @staticmethod
+    def model_calls(base_url: str) -> dict:
+        """What the fake model (`start_model_server`) has answered so far: completions, rate_limited."""
+        url = base_url.removesuffix("/v1") + "/_bench/counts"
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5) as answer:
+            return json.loads(answer.read())
 
     def start_sandbox(self, *, ignore_keys: bool = False, name: str = "sandbox") -> tuple[str, int]:
         sandbox = start_sandbox(self.procs, db=self.workdir / f"{name}.sqlite3", ignore_keys=ignore_keys, quiet=True)

@@ -102,6 +102,13 @@ class DbosPeer:
                 self.client.enqueue_in_transaction(conn, {**options, "workflow_id": f"{tag}-{i}"}, ticket_dict(row))
         return PeerRun(tag=tag, n=len(rows), submitted=started)
 
+    def times(self, run: PeerRun) -> list[tuple[float, float]]:
+        """Each successful workflow's (start, end) in seconds: dequeued, and ended, on DBOS's own clock."""
+        query = sa.text("SELECT started_at_epoch_ms, updated_at FROM dbos.workflow_status "
+                        "WHERE workflow_uuid LIKE :prefix AND status = 'SUCCESS' AND started_at_epoch_ms IS NOT NULL")
+        with self.engine.connect() as conn:
+            return [(a / 1000, b / 1000) for a, b in conn.execute(query, {"prefix": f"{run.tag}-%"}).all()]
+
     def wait(self, run: PeerRun, timeout: float, poll: float = 0.05) -> PeerRun:
         """Until every workflow of the run ended (SUCCESS, ERROR, …); the last
         one's end time is DBOS's own `updated_at`."""

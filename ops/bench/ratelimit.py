@@ -9,9 +9,7 @@ every worker to it (docs/model-endpoints.md).
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from typing import TYPE_CHECKING
 
 from ops.bench.workload import task_outcome, wait_task_ended
@@ -20,12 +18,6 @@ from ticketagent.services.tasks import task_create
 
 if TYPE_CHECKING:
     from ops.bench.runner import Bench
-
-
-def _counts(base_url: str) -> dict:
-    url = base_url.removesuffix("/v1") + "/_bench/counts"
-    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5) as answer:
-        return json.loads(answer.read())
 
 
 def run(bench: Bench) -> None:
@@ -47,7 +39,7 @@ def run(bench: Bench) -> None:
         end = wait_task_ended(task.pk, n, timeout=bound * 2 + 120)
         bench.procs.stop_workers(procs)
         bench.procs.stop_other(sweep)
-        counts = _counts(base_url)
+        counts = bench.procs.model_calls(base_url)
     finally:
         bench.procs.stop_other(server)
     outcome = task_outcome(task.pk)

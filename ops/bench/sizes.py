@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,12 @@ class Sizes:
     faults_items: int = 100
     faults_workers: int = 2
     inflight_call_seconds: float = 2.0
+    inflight_spread: float = 0.25  # a call's latency drawn from call x (1 ± spread), as a model's varies (0: in step)
     inflight_threads: tuple[int, ...] = (24, 50, 100, 200)  # one process, WORKER_THREADS threads
     inflight_processes: tuple[int, ...] = (8, 16)  # today's workers: one item per process
     inflight_split: tuple[tuple[int, int], ...] = ((2, 50),)  # processes x threads: is the bend per process?
     inflight_peer: tuple[int, ...] = (50, 100, 200)  # DBOS, one process, that many workflows at once
-    inflight_rounds: int = 3  # tickets per run: rounds x items in flight
+    inflight_rounds: int = 5  # tickets per run: rounds x items in flight
     ratelimit_items: int = 1000
     ratelimit_rpm: int = 600
     ratelimit_threads: int = 50
@@ -64,3 +65,27 @@ TINY = Sizes("tiny", overhead_items=4, overhead_workers=(1,), gate_ops=10, laten
              inflight_peer=(3,), inflight_rounds=1, ratelimit_items=4, ratelimit_rpm=6000, ratelimit_threads=2,
              ratelimit_call_seconds=0.05)
 SIZES = {s.name: s for s in (QUICK, FULL, TINY)}
+
+
+def sizes_changed(preset: Sizes, changes: list[str]) -> Sizes:
+    """The preset with some sizes changed, each "name=value" in the field's own type: 300, 0.33, "50,100" for a
+    tuple, "2x50,4x25" for processes x threads."""
+    types = {f.name: getattr(preset, f.name) for f in fields(preset) if f.name != "name"}
+    out = {}
+    for change in changes:
+        name, sep, text = change.partition("=")
+        name, text = name.strip(), text.strip()
+        if not sep or name not in types:
+            raise ValueError(f"{change!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(types))}")
+        now = types[name]
+        try:
+            if isinstance(now, tuple) and now and isinstance(now[0], tuple):
+                value = tuple(tuple(int(n) for n in pair.split("x")) for pair in text.split(",") if pair.strip())
+            elif isinstance(now, tuple):
+                value = tuple(int(n) for n in text.split(",") if n.strip())
+            else:
+                value = type(now)(text)
+        except ValueError:
+            raise ValueError(f"{change!r}: {text!r} is not a value for {name} (now {now!r})") from None
+        out[name] = value
+    return replace(preset, **out)

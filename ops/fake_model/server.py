@@ -6,11 +6,13 @@ in-process `OpenAIModel` *and* real `manage.py worker` subprocesses reach it
 over a real socket (the official SDK uses httpx2, which respx cannot
 intercept). As a process of its own for the bench,
 
-    python -m ops.fake_model --latency 0.33 [--port 0] [--api-key KEY] [--rpm 600]
+    python -m ops.fake_model --latency 0.33 [--spread 0.25] [--port 0] [--api-key KEY] [--rpm 600]
 
 prints one JSON line `{"port": N}` once it listens, answers every completion
 `--latency` seconds after it arrived (a model of that speed, its own work
-included; no key checked unless given; with `--rpm`, a 429 past that many
+included; with `--spread S`, each answer's time is drawn evenly from
+latency x (1 - S) to latency x (1 + S), the same mean, as a real model's
+varies; no key checked unless given; with `--rpm`, a 429 past that many
 requests in a wall-clock minute, OpenAI's `x-ratelimit-*` headers on every
 answer), `GET /_bench/counts` says how many it served and refused; SIGTERM
 stops it.
@@ -64,6 +66,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import random
 import signal
 import sys
 import threading
@@ -183,7 +186,7 @@ class _Handler(BaseHTTPRequestHandler):
             behaviour = "valid"
         answer = fake.completion(body, behaviour)
         if fake.latency > 0:  # answered `latency` after the request arrived, its own work included
-            fake.stopping.wait(max(0.0, self.arrived + fake.latency - time.monotonic()))
+            fake.stopping.wait(max(0.0, self.arrived + fake.latency_drawn() - time.monotonic()))
         self._send(200, answer, fake.rpm_headers())
 
 
@@ -198,9 +201,11 @@ class FakeOpenAIServer:
     """See the module docstring. Thread-safe; counters are plain attributes."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, api_key: str = "sk-test-fake-key",
-                 slow_seconds: float = 2.5, latency: float = 0.0, rpm: int = 0):
+                 slow_seconds: float = 2.5, latency: float = 0.0, spread: float = 0.0, rpm: int = 0, seed: int = 7):
         self.host, self.port = host, port
         self.latency = latency  # seconds before every answer: a model of that speed (the bench)
+        self.spread = spread  # each answer's latency drawn from latency x (1 ± spread), the same mean
+        self._random = random.Random(seed)
         self.rpm = rpm  # requests per wall-clock minute before 429s (0: no limit)
         self._minute = [0, 0]
         self.api_key = api_key
@@ -210,6 +215,13 @@ class FakeOpenAIServer:
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.reset()
+
+    def latency_drawn(self) -> float:
+        """This answer's latency: `latency`, or with `spread` one drawn evenly around it."""
+        if not self.spread:
+            return self.latency
+        with self._lock:
+            return self.latency * (1 + self._random.uniform(-self.spread, self.spread))
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> FakeOpenAIServer:
@@ -407,11 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency", type=float, default=1.0, help="seconds from a request to its answer")
+    parser.add_argument("--spread", type=float, default=0.0,
+                        help="each answer's latency drawn evenly from latency x (1 - S) to x (1 + S) (default: 0)")
     parser.add_argument("--api-key", default="", help="the key clients must send (default: none checked)")
     parser.add_argument("--rpm", type=int, default=0, help="requests per minute before 429s (default: no limit)")
     args = parser.parse_args(argv)
     fake = FakeOpenAIServer(host=args.host, port=args.port, api_key=args.api_key, latency=args.latency,
-                            rpm=args.rpm)
+                            spread=args.spread, rpm=args.rpm)
     fake.keep_requests = False  # a long run: count, do not keep every request
 
     def stop(signum, frame):

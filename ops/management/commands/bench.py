@@ -109,6 +109,9 @@ class Command(BaseCommand):
                             help="comma list of sections to run under cProfile (overhead profiles the pipeline "
                                  "in-process; latency does too, with the OpenAI SDK against a model answering at once; "
                                  "gate, dashboard, dryrun, replay); reports go to var/bench/")
+        parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                            help="change one size of the preset, e.g. --set inflight_threads=100 or "
+                                 "--set peer_items=300 (repeatable; names: ops/bench/sizes.py)")
         parser.add_argument("--in-place", action="store_true",
                             help="run against the configured database and Redis as they are (no dedicated "
                                  "database; the tables of ticketagent and ledger are emptied!)")
@@ -122,6 +125,13 @@ class Command(BaseCommand):
             raise CommandError(f"--only: unknown section(s) {', '.join(sorted(unknown))}; "
                                f"use {', '.join(SECTIONS)}")
         profile = {s.strip() for s in opts["profile"].split(",") if s.strip()}
+        from ops.bench.sizes import SIZES, sizes_changed
+
+        preset = SIZES[opts["sizes"] or ("full" if opts["full"] else "quick")]
+        try:
+            opts["sizes_chosen"] = sizes_changed(preset, opts["set"])
+        except ValueError as exc:
+            raise CommandError(f"--set: {exc}") from exc
         if os.environ.get(CHILD) == "1" or opts["in_place"]:
             return self._run(opts, only, profile)
         return self._launch(opts)
@@ -167,6 +177,8 @@ class Command(BaseCommand):
         for name in ("only", "output", "profile"):
             if opts[name]:
                 out += [f"--{name}", opts[name]]
+        for change in opts["set"]:
+            out += ["--set", change]
         for name in ("no_write", "fresh_dataset"):
             if opts[name]:
                 out.append("--" + name.replace("_", "-"))
@@ -190,15 +202,14 @@ class Command(BaseCommand):
     def _run(self, opts, only, profile) -> None:
         from ops.bench.results import write_doc, write_raw
         from ops.bench.runner import Bench
-        from ops.bench.sizes import SIZES
-
-        sizes = SIZES[opts["sizes"] or ("full" if opts["full"] else "quick")]
+        sizes = opts["sizes_chosen"]
         call_command("migrate", verbosity=0, interactive=False)
         if not settings.DEBUG:  # the pages are rendered as in production: hashed static names need the manifest
             call_command("collectstatic", verbosity=0, interactive=False)
         bench = Bench(sizes=sizes, only=only, out=self.stdout, profile=profile, reuse_dataset=not opts["fresh_dataset"])
         results = bench.run()
-        flags = ["--full" if sizes.name == "full" else "", f"--only {opts['only']}" if opts["only"] else ""]
+        flags = ["--full" if sizes.name == "full" else "", f"--only {opts['only']}" if opts["only"] else "",
+                 *(f"--set {change}" for change in opts["set"])]
         results.machine = {"command": " ".join(["python -m ops bench", *filter(None, flags)]), **results.machine}
         self.stdout.write("")
         self.stdout.write(results.markdown())
