@@ -1,7 +1,7 @@
 """`manage.py check` (and every command's start): settings that cannot work together."""
 
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Tags, Warning, register
 
 
 @register()
@@ -26,3 +26,27 @@ def lease_covers_calls(app_configs=None, **kwargs):
                 f"+ HEARTBEAT_SECONDS)",
                 hint="raise LEASE_SECONDS, or lower the channel's timeouts", id="ticketagent.E010"))
     return errors
+
+
+def _autovacuum_setting() -> str | None:
+    """The server's `autovacuum`, or None when it cannot be read (the database's own checks say why)."""
+    from django.db import DatabaseError, connections
+
+    try:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT current_setting('autovacuum')")
+            return cursor.fetchone()[0]
+    except DatabaseError:
+        return None
+
+
+@register(Tags.database)
+def autovacuum_on(app_configs=None, databases=None, **kwargs):
+    """(`check --database default`, and `migrate`) Every item rewrites its rows a few times; without autovacuum their
+    dead versions stay, and the ledger's and the event log's queries slow down as they pile up."""
+    if not databases or "default" not in databases or _autovacuum_setting() != "off":
+        return []
+    return [Warning("PostgreSQL runs with autovacuum off: the dead rows every item leaves stay, and the ledger's "
+                    "and the event log's queries slow down as they pile up",
+                    hint="set autovacuum = on in postgresql.conf (the default), or VACUUM ANALYZE on a schedule",
+                    id="ticketagent.W020")]

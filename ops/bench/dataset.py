@@ -46,10 +46,13 @@ def dataset_task_ids() -> list[int]:
 
 
 def clear_runs() -> None:
-    """Remove what earlier runs' workloads left (tasks, effects), keep the dataset."""
+    """Remove what earlier runs' workloads left (tasks, effects), keep the dataset; then VACUUM ANALYZE, so that
+    their dead rows weigh on neither this run's scans nor its plans (a server with autovacuum off keeps them all:
+    104,000 dead effect rows after a day of runs made the task-end query 290 ms instead of 0.5 ms)."""
     ids = dataset_task_ids()
     Effect.objects.exclude(owner_task__in=[str(i) for i in ids]).delete()
     Task.objects.exclude(pk__in=ids).delete()
+    analyze()
 
 
 def dataset_intact(s: Sizes) -> bool:
