@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import coerce_node_id
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 
@@ -39,12 +40,19 @@ XDIST_GROUPS = {"tests/deploy/": "machine", "tests/model/": "machine", "tests/be
                 "tests/helpdesks/": "rt", "tests/killtest/test_killtest_rt.py": "rt"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
+    # pytest-xdist (3.8) sends a group's tests to one process by the "@group" it appends to their ids, written to
+    # `item._nodeid` -- which pytest 9 no longer reads (an id is `item._id`): without this, every group was spread
+    # over both processes, and two local-model servers shared 2 cores (each test 10 minutes, one timed out)
+    grouped = getattr(config.option, "loadgroup", False)  # set in pytest-xdist's processes under --dist loadgroup
     for item in items:
         path = str(item.path.relative_to(ROOT)) if item.path.is_relative_to(ROOT) else ""
         group = next((g for prefix, g in XDIST_GROUPS.items() if path.startswith(prefix)), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            if grouped and not item.nodeid.endswith(f"@{group}"):
+                item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(autouse=True)
