@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from ledger import faults
 from ops.processes import Child, Processes, database_url, start_sandbox
 from sandbox.client import SandboxClient
 from tests.fakes.zendesk_server import zd, zendesk_server  # noqa: F401 - fixtures (a fake Zendesk)
+from ticketagent import stopping
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_ALL = os.environ.get("TICKETAGENT_REQUIRE_ALL") == "1"
@@ -59,6 +61,17 @@ def pytest_collection_modifyitems(config, items):
 def _disarm_crash_points():
     yield
     faults.disarm()
+
+
+@pytest.fixture(autouse=True)
+def _not_stopping(request):
+    """A test that stops a worker inside this process (its `_shutdown()`) leaves the process "stopping": every
+    later test's items would hand themselves back before their model steps (`ticketagent.stopping`). Cleared,
+    and said, so that the test which did it is named."""
+    yield
+    if stopping.process_stopping():
+        stopping._stopping.clear()
+        warnings.warn(f"{request.node.nodeid} left this process stopping (cleared)", stacklevel=1)
 
 
 @pytest.fixture(autouse=True)
