@@ -16,6 +16,7 @@ import signal
 
 from rq.worker import WorkerStatus
 
+from ticketagent import stopping
 from ticketagent.rqworker import SimpleWorker
 
 DEQUEUED = "Worker %s: %s: %s (%s)"  # rq's log line for the job it has just dequeued (worker.log_job_description)
@@ -58,6 +59,7 @@ def test_a_stop_swallowed_between_jobs_still_ends_the_work_loop_before_the_next_
         worker.log.setLevel(level)
         for sig, handler_before in saved.items():
             signal.signal(sig, handler_before)
+        stopping._stopping.clear()  # the stop was this test's own: the process goes on as a test process
     assert handler.fired == 1
     # the job it had dequeued ran; the others wait for the next worker
     assert queue.count == jobs - 1
