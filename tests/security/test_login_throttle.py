@@ -7,6 +7,9 @@ never limited), and ten bad tries by anyone locked the owner out, correct passwo
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import pytest
 from django.core.management import call_command
 from django.test import Client
@@ -15,6 +18,17 @@ from django.urls import reverse
 from ticketagent.web import ratelimit
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _one_window(monkeypatch):
+    """A test's tries all fall in one rate-limit window: django-ratelimit's windows are fixed, each ending at a
+    second of the minute of its own, and a test whose tries crossed that second counted from 0 again (200s where
+    429s belonged, once on a clean clone). Its clock stands still for the test; the counters are real."""
+    from django_ratelimit import core
+
+    now = time.time()
+    monkeypatch.setattr(core, "time", SimpleNamespace(time=lambda: now))
 
 
 def login(client, username, password, address="198.51.100.7"):
