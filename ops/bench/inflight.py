@@ -3,7 +3,7 @@ beside today's one-item-per-process workers and DBOS Transact running the same p
 
 An item makes three model calls, so with C items in flight the ideal is C / (3 x call seconds) items/s (C / 6 s
 at 2 s a call). Each run sends `inflight_rounds` x C tickets, so every thread runs several items. Two rates: while
-the queue was full (every slot taken: what "C in flight" means; `steady_rate`), and the whole run, with the slots
+the queue was full (every thread busy: what "C in flight" means; `steady_rate`), and the whole run, with the threads
 filling at its start and draining at its end. The model's answers take 2 s on average, each drawn from 2 s x
 (1 ± `inflight_spread`) as a real model's vary (0: every item in step with the others). Memory is the peak RSS of
 all the processes of a side, sampled once a second: per item in flight, what a thread costs. CPU is what the
@@ -102,19 +102,19 @@ class CpuMeter:
         return (self._used() - self.own0) / wall, busy / wall
 
 
-def steady_rate(times: list[tuple[float, float]], slots: int) -> float | None:
-    """Items/s while the queue was full (from the moment all `slots` were first taken to the last start: before it
-    they fill, after it they drain), by Little's law: the items in flight then, on average, over an item's mean
-    time from its start to its end. A slot idle between two items (the system's own time) lowers the first;
-    `times` is each item's (start, end). None if the run was too short to fill its slots before its last start."""
-    if len(times) < slots:
+def steady_rate(times: list[tuple[float, float]], in_flight: int) -> float | None:
+    """Items/s while the queue was full (from when all `in_flight` threads were first busy to the last start: before
+    it they fill, after it they drain), by Little's law: the items in flight then, on average, over an item's mean
+    time from its start to its end. A thread idle between two items (the system's own time) lowers the first;
+    `times` is each item's (start, end). None if the run was too short to fill them before its last start."""
+    if len(times) < in_flight:
         return None
     starts = sorted(start for start, _ in times)
-    full, last = starts[slots - 1], starts[-1]
+    full, last = starts[in_flight - 1], starts[-1]
     if last <= full:
         return None
-    in_flight = sum(max(0.0, min(end, last) - max(start, full)) for start, end in times) / (last - full)
-    return in_flight / (sum(end - start for start, end in times) / len(times))
+    busy = sum(max(0.0, min(end, last) - max(start, full)) for start, end in times) / (last - full)
+    return busy / (sum(end - start for start, end in times) / len(times))
 
 
 def _times_ours(task_id: int) -> list[tuple[float, float]]:
