@@ -26,7 +26,8 @@ And the architecture's never-rules (`docs/design.md`, "Layers"):
   callable; the names of the folded protocol (``Fence``, ``Rider``,
   ``effect_call``, ``outcome_fence``, ``fold``) are defined nowhere;
 * ``ledger.statements`` (the ledger's hand-written SQL) is imported only
-  inside the ledger, and the pipeline runs no SQL of its own;
+  inside the ledger, and the pipeline runs SQL only in
+  ``ticketagent.pipeline.statements`` (its phases' two statements);
 * no ``connection.vendor`` branch: PostgreSQL is the one database.
 
 An exception, where one is truly better, goes in EXCEPTIONS below with its
@@ -230,6 +231,7 @@ SCHEDULING = ("ticketagent.jobs", "ticketagent.window", "ticketagent.recovery", 
 QUEUE_LIBRARIES = ("rq", "django_rq", "redis")
 GATE_SURFACE = {"intent_prepare", "intent_record", "effect_perform", "outcome_record", "effect_run"}
 GONE = {"Fence", "Rider", "effect_call", "outcome_fence", "fold", "intent_commit", "lease_fence"}
+PIPELINE_STATEMENTS = "ticketagent.pipeline.statements"  # the pipeline's one module of SQL
 
 
 def _registered_actions() -> set[str]:
@@ -301,7 +303,8 @@ def architecture(modules: dict[str, Module]) -> list[Breach]:
             if (isinstance(node, ast.Attribute) and node.attr == "vendor"
                     and getattr(node.value, "id", "") == "connection"):
                 breaches.append(Breach(rel, node.lineno, "a database vendor branch", "connection.vendor"))
-            if (name.startswith("ticketagent.pipeline") and isinstance(node, ast.Attribute) and node.attr == "cursor"
+            if (name.startswith("ticketagent.pipeline") and name != PIPELINE_STATEMENTS
+                    and isinstance(node, ast.Attribute) and node.attr == "cursor"
                     and getattr(node.value, "id", "") == "connection"):
                 breaches.append(Breach(rel, node.lineno, "the pipeline runs SQL of its own", "cursor()"))
             if (name.split(".")[0] == "ledger" and isinstance(node, ast.arg) and node.annotation is not None

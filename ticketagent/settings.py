@@ -131,6 +131,11 @@ _db["OPTIONS"] = {
     "tcp_user_timeout": envint("DB_TCP_USER_TIMEOUT_MS", 20000, minimum=0),
     **_db.get("OPTIONS", {}),
 }
+# Parameters bound by the server, and a statement a session has run DB_PREPARE_THRESHOLD times kept prepared
+# there (parsed and planned once): a worker runs the same few statements for every item. `none`: never (a pooler
+# in front that cannot keep prepared statements; docs/deploy.md).
+_db["OPTIONS"].update(server_side_binding=True,
+                      prepare_threshold=envint_or_none("DB_PREPARE_THRESHOLD", 5, minimum=0))
 _db["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _db}
 # Per-session limits of the workers' and the sweep's sessions (ticketagent/db_sessions.py).

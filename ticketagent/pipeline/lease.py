@@ -24,6 +24,7 @@ from ledger.models import Effect
 from ledger.services import effects_mark_unknown
 from ticketagent.eventlog.append import event_append
 from ticketagent.models import EventType, Item, ItemStatus, Task
+from ticketagent.pipeline.statements import item_lock
 
 log = logging.getLogger(__name__)
 
@@ -258,11 +259,7 @@ def lock_item(run: ItemRun) -> None:
     """Inside a transaction: lock the item if this worker still holds its
     lease, and read its task's status (read, not locked: a pause or cancel
     that commits meanwhile is seen by the next phase)."""
-    # (model instances, not values_list(): only they keep `OF item`, and
-    # locking the task here would invert the lock order)
-    held = list(Item.objects.select_for_update(no_key=True, of=("self",)).select_related("task")
-                .only("id", "task_id", "task__status").order_by()
-                .filter(pk=run.item.pk, lease_token=run.token, status=ItemStatus.RUNNING))
-    if not held:
+    status = item_lock(run.item.pk, run.token)
+    if status is None:
         raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over")
-    run.task_status = held[0].task.status
+    run.task_status = status

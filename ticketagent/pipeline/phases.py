@@ -33,6 +33,7 @@ from ticketagent.pipeline.lease import (
     task_of_item_locked,
     worker_name,
 )
+from ticketagent.pipeline.statements import checkpoint_move
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
 from ticketagent.playbooks.spec import SUPPORTED_FORMATS
 from ticketagent.services.items import items_requeue
@@ -267,9 +268,7 @@ def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", ext
     events_append([*events, *extra])
     # No read first: the checkpoint is ours, and the cursor we know is the
     # condition (anything else moved it: stop).
-    moved = Checkpoint.objects.filter(item_id=run.item.pk, cursor=run.cursor).update(
-        cursor=cursor, step_outputs=outputs, updated_at=timezone.now())
-    if moved != 1:
+    if not checkpoint_move(run.item.pk, cursor_from=run.cursor, cursor_to=cursor, outputs=outputs):
         raise LeaseLost(f"item {run.item.pk}: its checkpoint is not at cursor {run.cursor}")
     run.cursor, run.outputs, run.pending = cursor, outputs, []
 

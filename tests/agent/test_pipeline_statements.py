@@ -1,0 +1,69 @@
+"""The pipeline's two hand-written statements (`pipeline/statements.py`): the item locked only under its lease, and
+only the item (the task is read: locking it here would invert the lock order); the checkpoint moved only from the
+cursor the worker knows."""
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+
+from ticketagent.llm.schemas import SCHEMA_VERSION
+from ticketagent.models import Checkpoint, Item, ItemStatus, TaskStatus
+from ticketagent.pipeline.statements import checkpoint_move, item_lock
+from ticketagent.plan import PLAN_VERSION
+
+from ..factories import make_task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def held():
+    """An item running under lease "tok", with a checkpoint at cursor 2."""
+    task = make_task(1)
+    item = task.items.get()
+    Item.objects.filter(pk=item.pk).update(status=ItemStatus.RUNNING, lease_token="tok")
+    Checkpoint.objects.create(item=item, task=task, cursor=2, step_outputs={"triage": {"category": "billing"}},
+                              plan_version=PLAN_VERSION, schema_version=SCHEMA_VERSION, input_hash=item.input_hash(),
+                              playbook_version_id=item.playbook_version_id)
+    return item
+
+
+def locked_elsewhere(table: str, pk: int) -> bool:
+    """Whether another session finds the row locked."""
+    params = connection.get_connection_params()
+    with psycopg.connect(**{k: v for k, v in params.items() if k not in ("cursor_factory", "context")},
+                         autocommit=True) as other:
+        try:
+            other.execute(f'SELECT 1 FROM "{table}" WHERE id = %s FOR UPDATE NOWAIT', [pk])
+        except psycopg.errors.LockNotAvailable:
+            return True
+    return False
+
+
+def test_the_lease_holder_locks_the_item_and_reads_its_tasks_status(held):
+    with transaction.atomic():
+        assert item_lock(held.pk, "tok") == TaskStatus.QUEUED
+        assert locked_elsewhere(Item._meta.db_table, held.pk)
+        assert not locked_elsewhere(held.task._meta.db_table, held.task_id)  # the task is read, not locked
+
+
+@pytest.mark.parametrize("change", [{"lease_token": "other"}, {"status": ItemStatus.QUEUED}],
+                         ids=["taken-over", "no-longer-running"])
+def test_anyone_else_locks_nothing(held, change):
+    Item.objects.filter(pk=held.pk).update(**change)
+    with transaction.atomic():
+        assert item_lock(held.pk, "tok") is None
+        assert not locked_elsewhere(Item._meta.db_table, held.pk)
+    assert item_lock(held.pk + 1000, "tok") is None  # no such item
+
+
+def test_the_checkpoint_moves_only_from_the_cursor_the_worker_knows(held):
+    outputs = {"triage": {"category": "billing"}, "draft": {"body": "Hello — «refund» noted", "n": [1, 2.5]}}
+    with transaction.atomic():
+        assert checkpoint_move(held.pk, cursor_from=2, cursor_to=3, outputs=outputs)
+    checkpoint = Checkpoint.objects.get(item=held)
+    assert (checkpoint.cursor, checkpoint.step_outputs) == (3, outputs)
+    with transaction.atomic():
+        assert not checkpoint_move(held.pk, cursor_from=2, cursor_to=4, outputs={})  # it is at 3 now
+    checkpoint.refresh_from_db()
+    assert (checkpoint.cursor, checkpoint.step_outputs) == (3, outputs)
