@@ -139,7 +139,9 @@ def test_a_silently_cut_command_channel_is_rebuilt_and_the_shutdown_lands(worker
     obeyed, count = _run(workers, private_redis, "1")
     assert obeyed, f"the worker never heard the shutdown (last PUBLISH reached {count})\n{workers.logs()}"
     log = next(workers.log_dir.glob("worker-*.log")).read_text()
-    assert "the command channel stopped delivering (Redis has no subscriber on it); subscribing again" in log, log
+    # Redis forgets the cut subscriber at once or a moment later: a probe sent in between is lost instead
+    reasons = ("Redis has no subscriber on it", "a probe did not come back within 1 s")
+    assert any(f"the command channel stopped delivering ({why}); subscribing again" in log for why in reasons), log
 
 
 def test_without_the_check_the_cut_channel_stays_deaf(workers, private_redis):
