@@ -1,7 +1,8 @@
 """The two statements of an item's phases, hand-written: locking the item under the lease, moving its checkpoint.
 
-Each phase runs both (5–7 phases an item). Said through the ORM, building
-them cost a worker about 1 ms of CPU a phase -- more than the statements
+Every phase of a running item locks it (`lease.lock_item`, 5–7 an item) and
+every recovery point moves its checkpoint (`phases.record_steps`). Said
+through the ORM, building them cost a worker about 1 ms of CPU each -- more than the statements
 themselves on the server, and, with many items in flight in one process,
 time every other item waits for the interpreter. Here they are one
 constant string each, which PostgreSQL also keeps prepared per session
