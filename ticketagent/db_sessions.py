@@ -11,6 +11,19 @@ locks every other worker and the sweep would wait on. Set per session
                                           released
     lock_timeout (the sweep only)         the sweep never waits long on a
                                           lock; it skips locked rows anyway
+    plan_cache_mode = force_custom_plan   a statement the session keeps
+                                          prepared is parsed once and planned
+                                          with its parameters at every run
+
+Why the last: after a few runs of a prepared statement (and of the foreign
+key checks PostgreSQL runs for every insert) the server may switch to one
+generic plan and keep it for the session's life. Made while a new
+database's tables hold a handful of rows, that plan is a sequential scan,
+and a worker that lives for days keeps scanning the whole table as it grows
+to millions of rows, until an ANALYZE invalidates it (never, on a server
+with autovacuum off). Measured (docs/benchmarks.md, "Plans frozen on a
+new database"): one worker on a new database went from 5 to 19 ms of
+server time an item within 1,500 items; planned at every run, it stayed at 3-4.
 
 The client side (TCP keepalives and tcp_user_timeout, in
 `settings.DATABASES`) lets a worker notice a dead link instead of waiting
@@ -28,6 +41,7 @@ def session_settings(role: str) -> dict[str, str]:
     values = {
         "statement_timeout": f"{int(settings.DB_STATEMENT_TIMEOUT_SECONDS * 1000)}ms",
         "idle_in_transaction_session_timeout": f"{int(settings.DB_IDLE_IN_TRANSACTION_SECONDS * 1000)}ms",
+        "plan_cache_mode": "force_custom_plan",
     }
     if role == "sweep":
         values["lock_timeout"] = f"{int(settings.DB_SWEEP_LOCK_TIMEOUT_SECONDS * 1000)}ms"

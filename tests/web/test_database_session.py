@@ -1,5 +1,6 @@
 """The database sessions bind parameters on the server and keep a statement prepared once it has run
-DB_PREPARE_THRESHOLD times (docs/deploy.md): a worker's phases are parsed and planned once per session."""
+DB_PREPARE_THRESHOLD times (docs/deploy.md): a worker's phases are parsed once per session, and planned with their
+parameters at every run (ticketagent/db_sessions.py)."""
 
 import pytest
 from django.db import connection
@@ -18,3 +19,51 @@ def test_statements_are_bound_by_the_server_and_prepared_after_five_runs():
         cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
                        ["%prepared_check%"])
         assert cursor.fetchone()[0] == 1
+
+
+@pytest.fixture
+def worker_sessions():
+    """This process's new sessions get the worker's settings (ticketagent/db_sessions.py), as `manage.py
+    worker` makes them; afterwards, plain sessions again."""
+    from django.db import connections
+    from django.db.backends.signals import connection_created
+
+    from ticketagent import db_sessions
+
+    db_sessions.session_limits("worker")
+    try:
+        yield
+    finally:
+        db_sessions._ROLE.clear()
+        connection_created.disconnect(dispatch_uid="ticketagent.db_sessions")
+        for conn in connections.all():
+            conn.close()
+
+
+def _plans_of(cursor, marker: str) -> tuple[int, int]:
+    """Generic and custom plans made so far for this session's prepared statement containing `marker`."""
+    cursor.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+                   [f"%{marker}%"])
+    return cursor.fetchone()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_session_plans_its_prepared_statements_at_every_run(worker_sessions):
+    """A generic plan made while a table holds three rows is a sequential scan, kept for the session's life
+    however large the table grows; a worker's session never makes one. The same statement in the same
+    session with the server's default mode does (the check can fail)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone() == ("force_custom_plan",)
+        cursor.execute("CREATE TEMPORARY TABLE plan_probe (id bigint PRIMARY KEY, v text)")
+        cursor.execute("INSERT INTO plan_probe SELECT g, 'x' FROM generate_series(1, 3) g")
+        for n in range(12):
+            cursor.execute("SELECT v AS worker_mode FROM plan_probe WHERE id = %s", [n % 3 + 1])
+        generic, custom = _plans_of(cursor, "worker_mode")
+        assert generic == 0 and custom >= 5  # prepared after 5 runs (the threshold), planned at each one since
+
+        cursor.execute("SET plan_cache_mode = auto")
+        for n in range(12):
+            cursor.execute("SELECT v AS default_mode FROM plan_probe WHERE id = %s", [n % 3 + 1])
+        generic, custom = _plans_of(cursor, "default_mode")
+        assert generic > 0, "the server's default mode made no generic plan: this test shows nothing"
