@@ -1,6 +1,6 @@
-"""The pipeline's two hand-written statements (`pipeline/statements.py`): the item locked only under its lease, and
-only the item (the task is read: locking it here would invert the lock order); the checkpoint moved only from the
-cursor the worker knows."""
+"""The pipeline's hand-written statements (`pipeline/statements.py`): the item locked only under its lease, and
+only the item (the task is read: locking it here would invert the lock order); the task locked through its item,
+and then the item only under its lease; the checkpoint moved only from the cursor the worker knows."""
 
 import psycopg
 import pytest
@@ -8,7 +8,7 @@ from django.db import connection, transaction
 
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, Item, ItemStatus, TaskStatus
-from ticketagent.pipeline.statements import checkpoint_move, item_lock
+from ticketagent.pipeline.statements import checkpoint_move, item_lock, task_and_item_lock, task_lock
 from ticketagent.plan import PLAN_VERSION
 
 from ..factories import make_task
@@ -55,6 +55,35 @@ def test_anyone_else_locks_nothing(held, change):
         assert item_lock(held.pk, "tok") is None
         assert not locked_elsewhere(Item._meta.db_table, held.pk)
     assert item_lock(held.pk + 1000, "tok") is None  # no such item
+
+
+def test_the_lease_locks_the_task_through_its_item_and_only_the_task(held):
+    with transaction.atomic():
+        task = task_lock(held.pk)
+        assert (task.pk, task.name, task.status) == (held.task_id, held.task.name, TaskStatus.QUEUED)
+        assert locked_elsewhere(task._meta.db_table, task.pk)
+        assert not locked_elsewhere(Item._meta.db_table, held.pk)
+    assert task_lock(held.pk + 1000) is None  # no such item
+
+
+def test_the_lease_holder_locks_the_task_then_the_whole_item(held):
+    with transaction.atomic():
+        task, item = task_and_item_lock(held.pk, "tok")
+        assert task.pk == held.task_id and item.pk == held.pk
+        assert (item.ticket_id, item.input_hash(), item.lease_token) == (held.ticket_id, held.input_hash(), "tok")
+        assert locked_elsewhere(Item._meta.db_table, held.pk)
+        assert locked_elsewhere(task._meta.db_table, task.pk)
+
+
+@pytest.mark.parametrize("change", [{"lease_token": "other"}, {"status": ItemStatus.QUEUED}],
+                         ids=["taken-over", "no-longer-running"])
+def test_anyone_else_locks_the_task_but_not_the_item(held, change):
+    Item.objects.filter(pk=held.pk).update(**change)
+    with transaction.atomic():
+        task, item = task_and_item_lock(held.pk, "tok")
+        assert (task.pk, item) == (held.task_id, None)
+        assert not locked_elsewhere(Item._meta.db_table, held.pk)
+    assert task_and_item_lock(held.pk + 1000, "tok") == (None, None)  # no such item
 
 
 def test_the_checkpoint_moves_only_from_the_cursor_the_worker_knows(held):

@@ -138,7 +138,7 @@ def test_a_worker_cut_off_mid_transaction_freezes_nothing(workers, sandbox, prox
     wait_for(lambda: Item.objects.get(pk=lost_item.pk).status == ItemStatus.RUNNING, timeout=60,
              message="the worker to lease its item")
     # its next lock of the task row: the transaction of its last effect's outcome (the task, then the item)
-    proxy.stall_next((b'SELECT "ticketagent_task"."id", ', b"FOR NO KEY UPDATE"), 600, on_match=cut_soon)
+    proxy.stall_next((b'SELECT * FROM "ticketagent_task" WHERE', b"FOR NO KEY UPDATE"), 600, on_match=cut_soon)
     wait_for(lambda: cut, timeout=60, message="the cut")
     # the premise: its session is left idle in a transaction that holds the task's row lock
     try:

@@ -17,14 +17,14 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, Subquery, Value
+from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
 from ledger.models import Effect
 from ledger.services import effects_mark_unknown
 from ticketagent.eventlog.append import event_append
 from ticketagent.models import EventType, Item, ItemStatus, Task
-from ticketagent.pipeline.statements import item_lock
+from ticketagent.pipeline.statements import item_lock, task_and_item_lock
 
 log = logging.getLogger(__name__)
 
@@ -171,46 +171,13 @@ def leases_renew(leases: list[Lease]) -> None:
 HEARTBEATS = Heartbeats()
 
 
-# item id -> task id: never changes, so a worker looks it up once per item,
-# not once per phase (ten phases an item).
-_TASK_OF_ITEM: dict[int, int] = {}
-
-
-def task_of_item(item_id: int, *, fresh: bool = False) -> int | None:
-    task_id = None if fresh else _TASK_OF_ITEM.get(item_id)
-    if task_id is None:
-        task_id = Item.objects.filter(pk=item_id).values_list("task_id", flat=True).first()
-        if task_id is not None:
-            if len(_TASK_OF_ITEM) > 10_000:
-                _TASK_OF_ITEM.clear()
-            _TASK_OF_ITEM[item_id] = task_id
-    return task_id
-
-
-def task_of_item_locked(item_id: int) -> Task | None:
-    """Inside a transaction: the item's task, locked, in one statement (and remembered for the phases)."""
-    of_item = Subquery(Item.objects.filter(pk=item_id).values("task_id"))
-    task = Task.objects.select_for_update(no_key=True).filter(pk=of_item).first()
-    if task is not None:
-        if len(_TASK_OF_ITEM) > 10_000:
-            _TASK_OF_ITEM.clear()
-        _TASK_OF_ITEM[item_id] = task.pk
-    return task
-
-
 def lock_task_and_item(item_id: int, token: str) -> tuple[Task, Item]:
     """Inside a transaction: lock task and item, or raise LeaseLost."""
-    task_id = task_of_item(item_id)
-    task = Task.objects.select_for_update(no_key=True).filter(pk=task_id).first() if task_id is not None else None
+    task, item = task_and_item_lock(item_id, token)
     if task is None:
         raise LeaseLost(f"item {item_id} is gone")
-    item = (Item.objects.select_for_update(no_key=True)
-            .filter(pk=item_id, lease_token=token, status=ItemStatus.RUNNING).first())
     if item is None:
         raise LeaseLost(f"item {item_id}: lease {token[:8]} was taken over")
-    if item.task_id != task.pk:  # a stale entry (ids reused after a test database flush): look it up again
-        _TASK_OF_ITEM.pop(item_id, None)
-        return lock_task_and_item(item_id, token)
     return task, item
 
 

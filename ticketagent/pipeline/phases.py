@@ -30,10 +30,9 @@ from ticketagent.pipeline.lease import (
     item_take_over,
     lock_item,
     lock_task_and_item,
-    task_of_item_locked,
     worker_name,
 )
-from ticketagent.pipeline.statements import checkpoint_move
+from ticketagent.pipeline.statements import checkpoint_move, task_lock
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
 from ticketagent.playbooks.spec import SUPPORTED_FORMATS
 from ticketagent.services.items import items_requeue
@@ -63,7 +62,7 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
     for LEASE_SECONDS from then (`lease.Lease`). Scheduling is told once it
     has committed (`signals.item_started`: the task's window is topped up)."""
     with transaction.atomic():
-        task = task_of_item_locked(item_id)  # looked up at each lease; the phases reuse it
+        task = task_lock(item_id)
         if task is None:
             return "item does not exist", None, None
         # the item (locked) and its checkpoint (read) in one statement

@@ -1,13 +1,16 @@
-"""The two statements of an item's phases, hand-written: locking the item under the lease, moving its checkpoint.
+"""The statements of an item's phases, hand-written: locking the item (and its task) under the lease, moving its
+checkpoint.
 
-Every phase of a running item locks it (`lease.lock_item`, 5–7 an item) and
-every recovery point moves its checkpoint (`phases.record_steps`). Said
-through the ORM, building them cost a worker about 1 ms of CPU each -- more than the statements
-themselves on the server, and, with many items in flight in one process,
-time every other item waits for the interpreter. Here they are one
-constant string each, which PostgreSQL also keeps prepared per session
-(`DB_PREPARE_THRESHOLD`). Everything else the pipeline writes goes through
-the ORM; only this module of the pipeline runs SQL (`make structure`).
+Every phase of a running item locks it (`lease.lock_item`, 5–7 an item, or
+with its task first, `lease.lock_task_and_item`: each effect's outcome and the
+item's end, 4–5 an item), the lease locks its task (`phases.lease_acquire`),
+and every recovery point moves its checkpoint (`phases.record_steps`). Said
+through the ORM, building them cost a worker 0.7–1.5 ms of CPU each -- more
+than the statements themselves on the server, and, with many items in flight
+in one process, time every other item waits for the interpreter. Here they
+are one constant string each, which PostgreSQL also keeps prepared per
+session (`DB_PREPARE_THRESHOLD`). Everything else the pipeline writes goes
+through the ORM; only this module of the pipeline runs SQL (`make structure`).
 """
 
 from django.db import connection
@@ -27,6 +30,12 @@ _ITEM_LOCK = (f"SELECT t.status FROM {_ITEM} i JOIN {_TASK} t ON t.id = i.task_i
 _CHECKPOINT_MOVE = (f"UPDATE {_CHECKPOINT} SET cursor = %s, step_outputs = %s, updated_at = %s "
                     "WHERE item_id = %s AND cursor = %s")
 
+# The item's task, locked, found through the item (the task before the item: the lock order of every phase).
+_TASK_LOCK = f"SELECT * FROM {_TASK} WHERE id = (SELECT task_id FROM {_ITEM} WHERE id = %s) FOR NO KEY UPDATE"
+
+# The item, all of it, locked if this lease still holds it (after its task, `_TASK_LOCK`).
+_ITEM_LEASED_LOCK = f"SELECT * FROM {_ITEM} WHERE id = %s AND lease_token = %s AND status = %s FOR NO KEY UPDATE"
+
 _STEP_OUTPUTS = Checkpoint._meta.get_field("step_outputs")
 
 
@@ -36,6 +45,20 @@ def item_lock(item_id: int, token: str) -> str | None:
         cursor.execute(_ITEM_LOCK, [item_id, token, ItemStatus.RUNNING])
         row = cursor.fetchone()
     return row[0] if row else None
+
+
+def task_lock(item_id: int) -> Task | None:
+    """Inside a transaction: the item's task, locked (None: no such item)."""
+    return next(iter(Task.objects.raw(_TASK_LOCK, [item_id])), None)
+
+
+def task_and_item_lock(item_id: int, token: str) -> tuple[Task | None, Item | None]:
+    """Inside a transaction: the item's task locked, then the item, locked if lease `token` still holds it
+    (None for the item: it does not; None for both: no such item)."""
+    task = task_lock(item_id)
+    if task is None:
+        return None, None
+    return task, next(iter(Item.objects.raw(_ITEM_LEASED_LOCK, [item_id, token, ItemStatus.RUNNING])), None)
 
 
 def checkpoint_move(item_id: int, *, cursor_from: int, cursor_to: int, outputs: dict) -> bool:
