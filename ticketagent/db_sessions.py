@@ -11,19 +11,26 @@ locks every other worker and the sweep would wait on. Set per session
                                           released
     lock_timeout (the sweep only)         the sweep never waits long on a
                                           lock; it skips locked rows anyway
-    plan_cache_mode = force_custom_plan   a statement the session keeps
-                                          prepared is parsed once and planned
-                                          with its parameters at every run
+    plan_cache_mode                       on a server with autovacuum off,
+                                          `force_custom_plan`: a statement
+                                          the session keeps prepared is
+                                          parsed once and planned with its
+                                          parameters at every run; with
+                                          autovacuum on, the server's own
+                                          `auto` (DB_PLAN_CACHE_MODE chooses)
 
 Why the last: after a few runs of a prepared statement (and of the foreign
 key checks PostgreSQL runs for every insert) the server may switch to one
-generic plan and keep it for the session's life. Made while a new
-database's tables hold a handful of rows, that plan is a sequential scan,
-and a worker that lives for days keeps scanning the whole table as it grows
-to millions of rows, until an ANALYZE invalidates it (never, on a server
-with autovacuum off). Measured (docs/benchmarks.md, "Plans frozen on a
-new database"): one worker on a new database went from 5 to 19 ms of
-server time an item within 1,500 items; planned at every run, it stayed at 3-4.
+generic plan and keep it until an ANALYZE of its tables invalidates it.
+Made while a new database's tables hold a handful of rows, that plan is a
+sequential scan. Autovacuum analyzes a growing table every 50 rows + 10%,
+so the plan is made again as the table grows; without autovacuum nothing
+does, and a worker that lives for days keeps scanning whole tables.
+Measured (docs/benchmarks.md, "Plans frozen on a new database"): one worker
+on a new database, autovacuum off, went from 5 to 19 ms of server time an
+item within 1,500 items; planned at every run it stayed at 3-4 -- but
+planning every run costs about twice the server time an item of a kept
+plan, which is why it is not the choice where autovacuum keeps plans fresh.
 
 The client side (TCP keepalives and tcp_user_timeout, in
 `settings.DATABASES`) lets a worker notice a dead link instead of waiting
@@ -35,13 +42,15 @@ from django.db.backends.signals import connection_created
 
 _ROLE: list[str] = []
 
+# DB_PLAN_CACHE_MODE unset: plans kept where autovacuum keeps them fresh, made at every run where nothing does
+_PLAN_CACHE_BY_AUTOVACUUM = "CASE current_setting('autovacuum') WHEN 'on' THEN 'auto' ELSE 'force_custom_plan' END"
+
 
 def session_settings(role: str) -> dict[str, str]:
     """The `SET` values of a session of `role` ("worker" or "sweep")."""
     values = {
         "statement_timeout": f"{int(settings.DB_STATEMENT_TIMEOUT_SECONDS * 1000)}ms",
         "idle_in_transaction_session_timeout": f"{int(settings.DB_IDLE_IN_TRANSACTION_SECONDS * 1000)}ms",
-        "plan_cache_mode": "force_custom_plan",
     }
     if role == "sweep":
         values["lock_timeout"] = f"{int(settings.DB_SWEEP_LOCK_TIMEOUT_SECONDS * 1000)}ms"
@@ -52,9 +61,14 @@ def _apply(sender, connection, **kwargs):
     if not _ROLE:
         return
     values = session_settings(_ROLE[0])
+    params = [part for pair in values.items() for part in pair]
+    mode = settings.DB_PLAN_CACHE_MODE
+    if mode:
+        params.append(mode)
     with connection.cursor() as cursor:  # one round trip: set_config(name, value, false) is SET
-        cursor.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(values)),
-                       [part for pair in values.items() for part in pair])
+        cursor.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(values))
+                       + f", set_config('plan_cache_mode', {'%s' if mode else _PLAN_CACHE_BY_AUTOVACUUM}, false)",
+                       params)
 
 
 def session_limits(role: str) -> None:

@@ -143,6 +143,8 @@ DATABASES = {"default": _db}
 DB_STATEMENT_TIMEOUT_SECONDS = envfloat("DB_STATEMENT_TIMEOUT_SECONDS", 30.0, minimum=0.1)
 DB_IDLE_IN_TRANSACTION_SECONDS = envfloat("DB_IDLE_IN_TRANSACTION_SECONDS", 5.0, minimum=0.1)
 DB_SWEEP_LOCK_TIMEOUT_SECONDS = envfloat("DB_SWEEP_LOCK_TIMEOUT_SECONDS", 2.0, minimum=0.1)
+# Workers' and the sweep's plan_cache_mode; empty: by the server's autovacuum (ticketagent/db_sessions.py).
+DB_PLAN_CACHE_MODE = envchoice("DB_PLAN_CACHE_MODE", "", ("auto", "force_custom_plan"))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- redis / rq ---------------------------------------------------------------
