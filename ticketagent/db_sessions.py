@@ -26,7 +26,7 @@ Made while a new database's tables hold a handful of rows, that plan is a
 sequential scan. Autovacuum analyzes a growing table every 50 rows + 10%,
 so the plan is made again as the table grows; without autovacuum nothing
 does, and a worker that lives for days keeps scanning whole tables.
-Measured (docs/benchmarks.md, "Plans frozen on a new database"): one worker
+Measured (docs/benchmarks.md, "Plans kept from near-empty tables"): one worker
 on a new database, autovacuum off, went from 5 to 19 ms of server time an
 item within 1,500 items; planned at every run it stayed at 3-4 -- but
 planning every run costs about twice the server time an item of a kept
