@@ -132,8 +132,8 @@ _db["OPTIONS"] = {
     **_db.get("OPTIONS", {}),
 }
 # Parameters bound by the server, and a statement a session has run DB_PREPARE_THRESHOLD times kept prepared
-# there (parsed once; the workers' and the sweep's sessions plan it at every run, ticketagent/db_sessions.py): a
-# worker runs the same few statements for every item. `none`: never (a pooler in front that cannot keep prepared
+# there (parsed once; planned once too, unless autovacuum is off: DB_PLAN_CACHE_MODE below): a worker runs the
+# same few statements for every item. `none`: never (a pooler in front that cannot keep prepared
 # statements; docs/deploy.md).
 _db["OPTIONS"].update(server_side_binding=True,
                       prepare_threshold=envint_or_none("DB_PREPARE_THRESHOLD", 5, minimum=0))
