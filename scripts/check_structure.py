@@ -27,7 +27,7 @@ And the architecture's never-rules (`docs/design.md`, "Layers"):
   ``effect_call``, ``outcome_fence``, ``fold``) are defined nowhere;
 * ``ledger.statements`` (the ledger's hand-written SQL) is imported only
   inside the ledger, and the pipeline runs SQL only in
-  ``ticketagent.pipeline.statements`` (its phases' two statements);
+  ``ticketagent.pipeline.statements`` (its phases' locks and checkpoint move);
 * no ``connection.vendor`` branch: PostgreSQL is the one database.
 
 An exception, where one is truly better, goes in EXCEPTIONS below with its

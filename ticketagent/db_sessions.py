@@ -42,8 +42,9 @@ from django.db.backends.signals import connection_created
 
 _ROLE: list[str] = []
 
-# DB_PLAN_CACHE_MODE unset: plans kept where autovacuum keeps them fresh, made at every run where nothing does
-_PLAN_CACHE_BY_AUTOVACUUM = "CASE current_setting('autovacuum') WHEN 'on' THEN 'auto' ELSE 'force_custom_plan' END"
+# DB_PLAN_CACHE_MODE, or unset (''): plans kept where autovacuum keeps them fresh, made at every run where nothing does
+_PLAN_CACHE_MODE = ("COALESCE(NULLIF(%s, ''), "
+                    "CASE current_setting('autovacuum') WHEN 'on' THEN 'auto' ELSE 'force_custom_plan' END)")
 
 
 def session_settings(role: str) -> dict[str, str]:
@@ -61,14 +62,10 @@ def _apply(sender, connection, **kwargs):
     if not _ROLE:
         return
     values = session_settings(_ROLE[0])
-    params = [part for pair in values.items() for part in pair]
-    mode = settings.DB_PLAN_CACHE_MODE
-    if mode:
-        params.append(mode)
     with connection.cursor() as cursor:  # one round trip: set_config(name, value, false) is SET
         cursor.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(values))
-                       + f", set_config('plan_cache_mode', {'%s' if mode else _PLAN_CACHE_BY_AUTOVACUUM}, false)",
-                       params)
+                       + f", set_config('plan_cache_mode', {_PLAN_CACHE_MODE}, false)",
+                       [*(part for pair in values.items() for part in pair), settings.DB_PLAN_CACHE_MODE])
 
 
 def session_limits(role: str) -> None:

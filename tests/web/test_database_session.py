@@ -1,6 +1,6 @@
 """The database sessions bind parameters on the server and keep a statement prepared once it has run
-DB_PREPARE_THRESHOLD times (docs/deploy.md): a worker's phases are parsed once per session, and planned with their
-parameters at every run (ticketagent/db_sessions.py)."""
+DB_PREPARE_THRESHOLD times (docs/deploy.md): a worker's phases are parsed once per session; a worker's session
+plans them once too, or at every run on a server with autovacuum off (ticketagent/db_sessions.py)."""
 
 import pytest
 from django.db import connection
@@ -48,9 +48,10 @@ def _plans_of(cursor, marker: str) -> tuple[int, int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_session_plans_at_every_run_when_autovacuum_is_off(worker_sessions):
+def test_a_worker_session_plans_at_every_run_when_autovacuum_is_off(worker_sessions, settings):
     """DB_PLAN_CACHE_MODE unset: the server's `auto` where autovacuum keeps plans fresh, `force_custom_plan` where
     nothing does."""
+    settings.DB_PLAN_CACHE_MODE = ""
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('autovacuum'), current_setting('plan_cache_mode')")
         autovacuum, mode = cursor.fetchone()
