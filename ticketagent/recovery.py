@@ -36,7 +36,7 @@ from ticketagent.health import health_numbers_refresh
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import item_take_over
 from ticketagent.services.items import item_continue, items_requeue
-from ticketagent.services.tasks import task_locked, task_maybe_finish
+from ticketagent.services.tasks import task_finish_if_idle, task_locked
 from ticketagent.window import windows_refill
 
 log = logging.getLogger(__name__)
@@ -185,14 +185,7 @@ def _rq_time(raw):
 def finish_idle_tasks() -> int:
     busy = Item.objects.filter(status__in=(ItemStatus.QUEUED, ItemStatus.RUNNING)).values("task_id")
     idle = Task.objects.filter(status__in=ACTIVE_TASK_STATUSES).exclude(pk__in=busy).values_list("pk", flat=True)
-    n = 0
-    for task_id in list(idle):
-        with transaction.atomic():
-            task = task_locked(task_id)
-            before = task.status
-            task_maybe_finish(task)
-            n += task.status != before
-    return n
+    return sum(task_finish_if_idle(task_id) for task_id in list(idle))
 
 
 def recover_once() -> dict:

@@ -1,13 +1,14 @@
 """The pipeline's hand-written statements (`pipeline/statements.py`): the item locked only under its lease, and
-only the item (the task is read: locking it here would invert the lock order); the task locked through its item,
-and then the item only under its lease; the checkpoint moved only from the cursor the worker knows."""
+only the item (the task is read: locking it here would invert the lock order); the task locked through its item
+(to write it, or held as it is: a writer waits, another holder does not), and then the item only under its lease;
+the checkpoint moved only from the cursor the worker knows."""
 
 import psycopg
 import pytest
 from django.db import connection, transaction
 
 from ticketagent.llm.schemas import SCHEMA_VERSION
-from ticketagent.models import Checkpoint, Item, ItemStatus, TaskStatus
+from ticketagent.models import Checkpoint, Item, ItemStatus, Task, TaskStatus
 from ticketagent.pipeline.statements import checkpoint_move, item_lock, task_and_item_lock, task_lock
 from ticketagent.plan import PLAN_VERSION
 
@@ -28,21 +29,22 @@ def held():
     return item
 
 
-def locked_elsewhere(table: str, pk: int) -> bool:
-    """Whether another session finds the row locked."""
+def locked_elsewhere(table: str, pk: int, mode: str = "UPDATE") -> bool:
+    """Whether another session finds the row locked against `FOR <mode>`."""
     params = connection.get_connection_params()
     with psycopg.connect(**{k: v for k, v in params.items() if k not in ("cursor_factory", "context")},
                          autocommit=True) as other:
         try:
-            other.execute(f'SELECT 1 FROM "{table}" WHERE id = %s FOR UPDATE NOWAIT', [pk])
+            other.execute(f'SELECT 1 FROM "{table}" WHERE id = %s FOR {mode} NOWAIT', [pk])
         except psycopg.errors.LockNotAvailable:
             return True
     return False
 
 
 def test_the_lease_holder_locks_the_item_and_reads_its_tasks_status(held):
+    Task.objects.filter(pk=held.task_id).update(consecutive_failures=2)
     with transaction.atomic():
-        assert item_lock(held.pk, "tok") == TaskStatus.QUEUED
+        assert item_lock(held.pk, "tok") == (TaskStatus.QUEUED, 2)
         assert locked_elsewhere(Item._meta.db_table, held.pk)
         assert not locked_elsewhere(held.task._meta.db_table, held.task_id)  # the task is read, not locked
 
@@ -64,6 +66,16 @@ def test_the_lease_locks_the_task_through_its_item_and_only_the_task(held):
         assert locked_elsewhere(task._meta.db_table, task.pk)
         assert not locked_elsewhere(Item._meta.db_table, held.pk)
     assert task_lock(held.pk + 1000) is None  # no such item
+
+
+def test_the_lease_can_hold_the_task_as_it_is_beside_other_holders(held):
+    with transaction.atomic():
+        task = task_lock(held.pk, hold=True)
+        assert (task.pk, task.status) == (held.task_id, TaskStatus.QUEUED)
+        assert locked_elsewhere(task._meta.db_table, task.pk, "NO KEY UPDATE")  # a pause or cancel waits
+        assert not locked_elsewhere(task._meta.db_table, task.pk, "SHARE")  # another item's lease does not
+        assert not locked_elsewhere(Item._meta.db_table, held.pk)
+    assert task_lock(held.pk + 1000, hold=True) is None  # no such item
 
 
 def test_the_lease_holder_locks_the_task_then_the_whole_item(held):

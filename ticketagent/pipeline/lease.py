@@ -210,6 +210,7 @@ class ItemRun:
     playbook_version_id: int | None = None
     playbook: object = None
     task_status: str = ""
+    task_failures: int = 0  # its task's consecutive failures, as the last phase read them
     stopped: bool = False  # the item left this worker: done, failed, waiting, or handed back as its task stopped
     ended: str = ""  # how, in a word or two ("done", "waiting", "failed (kind)", "task stopped")
     # effect steps the decision did not choose, not yet recorded: they are
@@ -226,7 +227,7 @@ def lock_item(run: ItemRun) -> None:
     """Inside a transaction: lock the item if this worker still holds its
     lease, and read its task's status (read, not locked: a pause or cancel
     that commits meanwhile is seen by the next phase)."""
-    status = item_lock(run.item.pk, run.token)
-    if status is None:
+    found = item_lock(run.item.pk, run.token)
+    if found is None:
         raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over")
-    run.task_status = status
+    run.task_status, run.task_failures = found

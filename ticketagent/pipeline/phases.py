@@ -2,10 +2,16 @@
 
 `phase(run)` is the one way a worker writes: it opens the transaction, locks
 the item if this worker still holds its lease (`LeaseLost` if not) and, for
-a phase that may change the task (an item done, failed or waiting), locks
-the task first -- one lock order everywhere: the task, then the item. A
-step's phase locks only the item and reads the task's status, so a pause or
-cancel that commits meanwhile is seen at the next step.
+a phase that writes the task (an item failed, waiting for a person or handed
+back; a success that ends a run of failures; a budget spent), locks the task
+first -- one lock order everywhere: the task, then the item. A step's phase
+locks only the item and reads the task's status, so a pause or cancel that
+commits meanwhile is seen at the next step. So does the end of an item done
+(nothing of the task's to write): the task is finished after its commit by
+whoever finds no item of it left to run (`task_finish_if_idle`), so the
+items of a task never queue behind each other's ends; the lease only holds
+the task (`FOR SHARE`), so they do not queue behind each other's starts
+either.
 """
 
 import logging
@@ -36,7 +42,7 @@ from ticketagent.pipeline.statements import checkpoint_move, task_lock
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
 from ticketagent.playbooks.spec import SUPPORTED_FORMATS
 from ticketagent.services.items import items_requeue
-from ticketagent.services.tasks import task_maybe_finish, task_suspend_locked
+from ticketagent.services.tasks import task_finish_if_idle, task_maybe_finish, task_suspend_locked
 from ticketagent.signals import item_started
 
 log = logging.getLogger(__name__)
@@ -50,19 +56,37 @@ def phase(run: ItemRun, *, task: bool = False):
     with transaction.atomic():
         if task:
             run.locked = lock_task_and_item(run.item.pk, run.token)
-            run.task_status = run.locked[0].status
+            run.task_status, run.task_failures = run.locked[0].status, run.locked[0].consecutive_failures
         else:
+            run.locked = None
             lock_item(run)
         yield run
+
+
+class _TaskWrite(Exception):
+    """The lease, holding its task as it is, found it must write it after all."""
 
 
 def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
     """Take the item's lease (on PostgreSQL's clock: `now` is the database's).
     The caller notes the monotonic time before calling: the lease is valid
     for LEASE_SECONDS from then (`lease.Lease`). Scheduling is told once it
-    has committed (`signals.item_started`: the task's window is topped up)."""
+    has committed (`signals.item_started`: the task's window is topped up).
+
+    The task is held as it is (`FOR SHARE`: a pause or cancel waits for the
+    lease, the leases of its other items do not); when the lease finds it
+    must write the task -- the first item of a queued task, a checkpoint
+    that needs migration, a ticket changed since its checkpoint -- nothing
+    is kept and the lease is taken again with the task locked to write."""
+    try:
+        return _lease_acquire(item_id, attempt, token, write=False)
+    except _TaskWrite:
+        return _lease_acquire(item_id, attempt, token, write=True)
+
+
+def _lease_acquire(item_id: int, attempt: int, token: str, *, write: bool):
     with transaction.atomic():
-        task = task_lock(item_id)
+        task = task_lock(item_id, hold=not write)
         if task is None:
             return "item does not exist", None, None
         # the item (locked) and its checkpoint (read) in one statement
@@ -81,6 +105,8 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
             item_take_over(item, actor=worker_name(), why="lease expired")
         elif item.status != ItemStatus.QUEUED:
             return f"item is {item.status}", None, None
+        if task.status == TaskStatus.QUEUED and not write:
+            raise _TaskWrite
         checkpoint = getattr(item, "checkpoint", None)
         if checkpoint is None:
             # Only the lease holder creates an item's checkpoint, under the
@@ -88,13 +114,15 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
             checkpoint = Checkpoint.objects.create(item=item, task=task, plan_version=PLAN_VERSION,
                                                    playbook_version_id=item.playbook_version_id,
                                                    schema_version=SCHEMA_VERSION, input_hash=item.input_hash())
-        if _needs_migration(task, item, checkpoint):
+        if _needs_migration(task, item, checkpoint, write=write):
             return "needs migration", None, None
         item.lease_token = token
         item.lease_owner = worker_name()
         item.lease_expires_at = now + timezone.timedelta(seconds=settings.LEASE_SECONDS)
         item.status = ItemStatus.RUNNING
         if checkpoint.input_hash != item.input_hash():
+            if not write:
+                raise _TaskWrite
             item_fail_locked(task, item, kind="input_changed",
                               message="the ticket changed since its checkpoint was written; not continued")
             return "input changed", None, None
@@ -113,13 +141,15 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
         return "", item, checkpoint
 
 
-def _needs_migration(task: Task, item: Item, checkpoint: Checkpoint) -> bool:
+def _needs_migration(task: Task, item: Item, checkpoint: Checkpoint, *, write: bool) -> bool:
     """Inside the lease's transaction: a checkpoint this code cannot honour (its plan, schema or playbook
     format) marks the task as needing migration, with the reason, and the item is not run."""
     playbook_format = item.playbook_version.format
     if (checkpoint.schema_version == SCHEMA_VERSION and checkpoint.plan_version in SUPPORTED_PLAN_VERSIONS
             and playbook_format in SUPPORTED_FORMATS):
         return False
+    if not write:
+        raise _TaskWrite
     reason = (f"item {item.ticket_id}: checkpoint has plan v{checkpoint.plan_version} / schema "
               f"v{checkpoint.schema_version} / playbook format {playbook_format}; this code runs plan "
               f"v{PLAN_VERSION} / schema v{SCHEMA_VERSION} / playbook formats "
@@ -175,25 +205,42 @@ def item_hand_back(run: ItemRun, *, why: str, unsent=None) -> None:
     log.warning("item %s handed back: %s; nothing more called or written", run.item.pk, why)
 
 
+def ends_locked(run: ItemRun, status: str) -> bool:
+    """Whether the phase in which the item ends as `status` locks its task first: to wait for a person (the task
+    may need review), or done after failures (a success ends their run); not for an item simply done."""
+    return status != ItemStatus.DONE or run.task_failures > 0
+
+
 def item_stop(run: ItemRun, *, status: str, event_type: str, reason: str) -> None:
-    """Inside a phase holding the task (`phase(run, task=True)`): the item
-    leaves this worker as `status` -- waiting for a person, or done (then the
-    task's failure run ends) -- with its event, and the task may finish."""
-    task, item = run.locked
+    """Inside a phase (holding the task when `ends_locked()`): the item leaves
+    this worker as `status` -- waiting for a person, or done -- with its
+    event. With the task held, a success ends its run of failures and the
+    task may finish here; without, nothing of the task's is written and its
+    finish is looked for once the item's end has committed (if the task had
+    a failure after this phase read it, this success does not end its run)."""
     _record_pending(run)
-    item.status = status
-    item.lease_clear()
-    item.last_error = reason[:4000]
-    if status == ItemStatus.DONE:
-        item.finished_at = timezone.now()
-    item.save(update_fields=[*Item.LEASE_FIELDS, "status", "last_error", "finished_at", "updated_at"])
-    event_append(task_id=task.pk, item_id=item.pk, type=event_type,
+    _item_leaves(run, status=status, last_error=reason[:4000],
+                 **({"finished_at": timezone.now()} if status == ItemStatus.DONE else {}))
+    event_append(task_id=run.item.task_id, item_id=run.item.pk, type=event_type,
                  payload={"status": status, "reason": reason} if reason else {})
-    if status == ItemStatus.DONE and task.consecutive_failures:
-        task.consecutive_failures = 0  # a success ends the run of failures (the task row is written only then)
-        task.save(update_fields=["consecutive_failures", "updated_at"])
-    task_maybe_finish(task)
+    if run.locked is not None:
+        task = run.locked[0]
+        if status == ItemStatus.DONE and task.consecutive_failures:
+            task.consecutive_failures = 0  # a success ends the run of failures (the task row is written only then)
+            task.save(update_fields=["consecutive_failures", "updated_at"])
+        task_maybe_finish(task)
+    else:
+        task_id = run.item.task_id
+        transaction.on_commit(lambda: task_finish_if_idle(task_id), robust=True)  # failed: the sweep finishes it
     run.stopped, run.ended = True, "done" if status == ItemStatus.DONE else "waiting"
+
+
+def _item_leaves(run: ItemRun, **fields) -> None:
+    """Inside a phase: the item leaves this worker's lease with `fields` (status and what goes with it)."""
+    item = Item(pk=run.item.pk)
+    item.lease_clear()
+    Item.objects.filter(pk=run.item.pk).update(**{name: getattr(item, name) for name in Item.LEASE_FIELDS},
+                                              updated_at=timezone.now(), **fields)
 
 
 def item_fail(run: ItemRun, *, kind: str, message: str) -> None:
@@ -214,7 +261,7 @@ def phase_wait(run: ItemRun, *, status, reason, event_type):
 
 
 def phase_done(run: ItemRun):
-    with phase(run, task=True):
+    with phase(run, task=ends_locked(run, ItemStatus.DONE)):
         item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
 
 
@@ -279,13 +326,8 @@ def stop_if_task_stopped(run: ItemRun) -> bool:
         return False
     cancelled = run.task_status == TaskStatus.CANCELLED
     status = ItemStatus.SKIPPED if cancelled else ItemStatus.QUEUED
-    item = Item(pk=run.item.pk, status=status, updated_at=timezone.now())
-    item.lease_clear()
-    fields = [*Item.LEASE_FIELDS, "status", "updated_at"]
-    if cancelled:
-        item.last_error, item.finished_at = "task cancelled", item.updated_at
-        fields += ["last_error", "finished_at"]
-    Item.objects.filter(pk=item.pk).update(**{name: getattr(item, name) for name in fields})
+    _item_leaves(run, status=status, **({"last_error": "task cancelled", "finished_at": timezone.now()}
+                                        if cancelled else {}))
     event_append(task_id=run.item.task_id, item_id=run.item.pk,
                  type=EventType.ITEM_SKIPPED if cancelled else EventType.ITEM_STOPPED,
                  payload={"status": status, "reason": f"task {run.task_status}"})

@@ -2,12 +2,14 @@
 checkpoint.
 
 Every phase of a running item locks it (`lease.lock_item`, 5–7 an item, or
-with its task first, `lease.lock_task_and_item`: each effect's outcome and the
-item's end, 4–5 an item), the lease locks its task (`phases.lease_acquire`),
-and every recovery point moves its checkpoint (`phases.record_steps`). Said
-through the ORM, building them cost a worker 0.7–1.5 ms of CPU each -- more
-than the statements themselves on the server, and, with many items in flight
-in one process, time every other item waits for the interpreter. Here they
+with its task first, `lease.lock_task_and_item`: a phase that writes the
+task -- an item failed, waiting for a person or handed back, a task that
+spends a budget), the lease holds its task as it is (`FOR SHARE`:
+`phases.lease_acquire`; locked to write only when it must), and every
+recovery point moves its checkpoint (`phases.record_steps`). Said through
+the ORM, building them cost a worker 0.7–1.5 ms of CPU each -- more than
+the statements themselves on the server, and, with many items in flight in
+one process, time every other item waits for the interpreter. Here they
 are one constant string each, which PostgreSQL also keeps prepared per
 session (`DB_PREPARE_THRESHOLD`). Everything else the pipeline writes goes
 through the ORM; only this module of the pipeline runs SQL (`make structure`).
@@ -22,16 +24,18 @@ _quote = connection.ops.quote_name
 _ITEM, _TASK, _CHECKPOINT = (_quote(m._meta.db_table) for m in (Item, Task, Checkpoint))
 
 # The item, locked if this lease still holds it (`OF` the item only: the task is read, not locked -- locking it here
-# would invert the lock order, the task before the item), and its task's status.
-_ITEM_LOCK = (f"SELECT t.status FROM {_ITEM} i JOIN {_TASK} t ON t.id = i.task_id "
+# would invert the lock order, the task before the item), and its task's status and run of failures.
+_ITEM_LOCK = (f"SELECT t.status, t.consecutive_failures FROM {_ITEM} i JOIN {_TASK} t ON t.id = i.task_id "
               "WHERE i.id = %s AND i.lease_token = %s AND i.status = %s FOR NO KEY UPDATE OF i")
 
 # The checkpoint moved from the cursor this worker knows (anything else moved it: the caller stops).
 _CHECKPOINT_MOVE = (f"UPDATE {_CHECKPOINT} SET cursor = %s, step_outputs = %s, updated_at = %s "
                     "WHERE item_id = %s AND cursor = %s")
 
-# The item's task, locked, found through the item (the task before the item: the lock order of every phase).
+# The item's task, locked, found through the item (the task before the item: the lock order of every phase): to
+# write it, or (`FOR SHARE`) held as it is -- a pause, a cancel or a write waits for it; another holder does not.
 _TASK_LOCK = f"SELECT * FROM {_TASK} WHERE id = (SELECT task_id FROM {_ITEM} WHERE id = %s) FOR NO KEY UPDATE"
+_TASK_HOLD = f"SELECT * FROM {_TASK} WHERE id = (SELECT task_id FROM {_ITEM} WHERE id = %s) FOR SHARE"
 
 # The item, all of it, locked if this lease still holds it (after its task, `_TASK_LOCK`).
 _ITEM_LEASED_LOCK = f"SELECT * FROM {_ITEM} WHERE id = %s AND lease_token = %s AND status = %s FOR NO KEY UPDATE"
@@ -39,17 +43,19 @@ _ITEM_LEASED_LOCK = f"SELECT * FROM {_ITEM} WHERE id = %s AND lease_token = %s A
 _STEP_OUTPUTS = Checkpoint._meta.get_field("step_outputs")
 
 
-def item_lock(item_id: int, token: str) -> str | None:
-    """Inside a transaction: lock the item if lease `token` still holds it; its task's status (None: it does not)."""
+def item_lock(item_id: int, token: str) -> tuple[str, int] | None:
+    """Inside a transaction: lock the item if lease `token` still holds it; its task's status and consecutive
+    failures (None: it does not)."""
     with connection.cursor() as cursor:
         cursor.execute(_ITEM_LOCK, [item_id, token, ItemStatus.RUNNING])
         row = cursor.fetchone()
-    return row[0] if row else None
+    return (row[0], row[1]) if row else None
 
 
-def task_lock(item_id: int) -> Task | None:
-    """Inside a transaction: the item's task, locked (None: no such item)."""
-    return next(iter(Task.objects.raw(_TASK_LOCK, [item_id])), None)
+def task_lock(item_id: int, *, hold: bool = False) -> Task | None:
+    """Inside a transaction: the item's task, locked to write it, or with `hold` only held as it is (None: no
+    such item)."""
+    return next(iter(Task.objects.raw(_TASK_HOLD if hold else _TASK_LOCK, [item_id])), None)
 
 
 def task_and_item_lock(item_id: int, token: str) -> tuple[Task | None, Item | None]:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from ticketagent.eventlog.append import event_append, events_append
 from ticketagent.llm.clients import model_label
 from ticketagent.llm.schemas import SCHEMA_VERSION
-from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, ItemStatus, Task, TaskStatus
+from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import PLAN_VERSION, steps_of
 from ticketagent.playbooks.models import PlaybookVersion
 from ticketagent.playbooks.services import version_default
@@ -99,6 +99,19 @@ def task_maybe_finish(task: Task) -> None:
         f"{total - finished} item(s) wait for a person or failed")
     task.save()
     event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status, "counts": counts})
+
+
+def task_finish_if_idle(task_id: int) -> bool:
+    """Outside a transaction, after an item of the task ended: finish the task if no item of it is left to run
+    (one read; the task locked only then, and looked at again under its lock). True when it changed. The worker
+    of a task's last item does this once its end has committed; the sweep, for a worker that died between."""
+    if Item.objects.filter(task_id=task_id, status__in=(ItemStatus.QUEUED, ItemStatus.RUNNING)).exists():
+        return False
+    with transaction.atomic():
+        task = task_locked(task_id)
+        before = task.status
+        task_maybe_finish(task)
+        return task.status != before
 
 
 def task_suspend_locked(task: Task, *, reason: str, **payload) -> None:
