@@ -113,9 +113,10 @@ def test_a_worker_whose_answers_stall_past_its_lease_makes_no_call(workers, sand
 
 
 def test_a_worker_cut_off_mid_transaction_freezes_nothing(workers, sandbox, proxy, redis_conn):
-    """A silent cut while the worker holds its task's row lock in an open
-    transaction (its last effect's outcome: the task locked, then the item,
-    COMMIT not sent): its session is left idle in transaction on the server,
+    """A silent cut while the worker holds its item's row lock in an open
+    transaction (the next phase after its lease: the item locked, COMMIT not
+    sent) -- the lock the sweep's take-over, a pause or a cancel then waits
+    for: its session is left idle in transaction on the server,
     its client waits on a half-open socket. The item runs again
     within lease time + 5 s while the connection is still half-open;
     meanwhile the sweep goes on with another task, whose worker was killed,
@@ -137,13 +138,13 @@ def test_a_worker_cut_off_mid_transaction_freezes_nothing(workers, sandbox, prox
     workers.start(1, extra_env={"DATABASE_URL": via(proxy)})
     wait_for(lambda: Item.objects.get(pk=lost_item.pk).status == ItemStatus.RUNNING, timeout=60,
              message="the worker to lease its item")
-    # its next lock of the task row: the transaction of its last effect's outcome (the task, then the item)
-    proxy.stall_next((b'SELECT * FROM "ticketagent_task" WHERE', b"FOR NO KEY UPDATE"), 600, on_match=cut_soon)
+    # its next lock of its item: the transaction of a step's recovery point, or of an effect's intent or outcome
+    proxy.stall_next((b"SELECT t.status", b"FOR NO KEY UPDATE OF i"), 600, on_match=cut_soon)
     wait_for(lambda: cut, timeout=60, message="the cut")
-    # the premise: its session is left idle in a transaction that holds the task's row lock
+    # the premise: its session is left idle in a transaction that holds the item's row lock
     try:
-        wait_for(lambda: idle_in_transaction_holding(lost_task), timeout=3, interval=0.1,
-                 message="the cut worker's session to sit idle in transaction, holding the task's lock")
+        wait_for(lambda: idle_in_transaction_holding(lost_item), timeout=3, interval=0.1,
+                 message="the cut worker's session to sit idle in transaction, holding the item's lock")
     except AssertionError:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pid, state, left(query, 120) FROM pg_stat_activity WHERE datname = "
@@ -164,7 +165,7 @@ def test_a_worker_cut_off_mid_transaction_freezes_nothing(workers, sandbox, prox
     cut_at = time.time() - rerun
     timeline = [(round(e.timestamp.timestamp() - cut_at, 2), e.type, e.actor) for e in
                 Event.objects.filter(item=lost_item).order_by("id")]
-    assert rerun < settings.LEASE_SECONDS + 5, (rerun, timeline, workers.logs())
+    assert rerun < settings.LEASE_SECONDS + 5, "\n".join(map(str, [rerun, *timeline])) + workers.logs()
     wait_for(lambda: Task.objects.get(pk=other_task.pk).status == TaskStatus.COMPLETED, timeout=60,
              message="the other task to finish while the link is cut")
     wait_for(lambda: Task.objects.get(pk=lost_task.pk).status == TaskStatus.COMPLETED, timeout=60,

@@ -152,19 +152,25 @@ class Heartbeats:
 
 
 def leases_renew(leases: list[Lease]) -> None:
-    """One transaction: extend the leases still ours, then read which those were (a lease cannot be taken over
-    between the two: it was just extended); the others are lost."""
+    """One transaction: lock the items whose leases are still ours -- skipping those locked now (an item's own
+    phase, or a take-over, is writing it: the round does not wait for it, nor for a cut-off session holding
+    it) -- and extend those leases. A lease that was skipped is renewed at a later round; one that is no
+    longer ours (read as committed) is lost."""
     sent = time.monotonic()
+    tokens = [lease.token for lease in leases]
     with transaction.atomic():
-        ours = Item.objects.filter(pk__in=[lease.item_id for lease in leases],
-                                   lease_token__in=[lease.token for lease in leases], status=ItemStatus.RUNNING)
-        ours.update(lease_expires_at=lease_renewed())
-        held = set(ours.values_list("lease_token", flat=True))
+        renewed = dict(Item.objects.select_for_update(no_key=True, skip_locked=True)
+                       .filter(pk__in=[lease.item_id for lease in leases], lease_token__in=tokens,
+                               status=ItemStatus.RUNNING).values_list("lease_token", "pk"))
+        Item.objects.filter(pk__in=renewed.values()).update(lease_expires_at=lease_renewed())
+    skipped = [token for token in tokens if token not in renewed]
+    held = set(Item.objects.filter(lease_token__in=skipped, status=ItemStatus.RUNNING)
+               .values_list("lease_token", flat=True)) if skipped else set()
     for lease in leases:
-        if lease.token in held:
+        if lease.token in renewed:
             with lease._lock:
                 lease.confirmed_at = max(lease.confirmed_at, sent)
-        else:
+        elif lease.token not in held:
             lease.lost = True
 
 
