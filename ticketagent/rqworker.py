@@ -25,10 +25,12 @@ import redis
 from django.conf import settings
 from rq.command import parse_payload
 from rq.exceptions import StopRequested
+from rq.suspension import is_suspended
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 from rq.worker import SimpleWorker as RQSimpleWorker
 from rq.worker import Worker as RQWorker
+from rq.worker import WorkerStatus
 
 from ticketagent.stopping import process_stop
 
@@ -245,9 +247,11 @@ class SimpleWorker(SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker
     channel.
 
     A model call is waiting, not work: one process can hold many items in
-    flight. The main thread dequeues a job only when one of the process's
-    threads is free and hands it to that thread (each with its own
-    database connection, kept between jobs); every job is still one item,
+    flight. A thread that finishes a job takes the next waiting one itself
+    (`_take_next`); one that finds the queue empty goes idle, and the main
+    thread, which dequeues only while a thread is idle, hands it the next
+    job that comes (each thread has its own database connection, kept
+    between jobs); every job is still one item,
     under its own lease (one heartbeat thread renews them all:
     `pipeline.lease.HEARTBEATS`). A stop (SIGTERM) takes no job more and
     waits for the items in flight to finish; a second one, or a SIGKILL,
@@ -272,6 +276,29 @@ class SimpleWorker(SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker
     def register_birth(self):
         super().register_birth()
         self.connection.hset(self.key, "threads", self.threads)  # the Workers page shows those busy
+
+    # rq heartbeats the worker before and after each dequeue and after each hand-over, three round trips each,
+    # in the main thread, whose turn for the interpreter a hand-over waits for when many items are in flight; the
+    # key's lifetime is also extended as each job starts (in rq's pipeline) and by the sign of life, so here once
+    # every RQ_HEARTBEAT_SECONDS, in one round trip.
+    RQ_HEARTBEAT_SECONDS = 10.0
+
+    def heartbeat(self, timeout=None, pipeline=None):
+        if pipeline is not None:
+            return super().heartbeat(timeout, pipeline)
+        if time.monotonic() - getattr(self, "_heartbeat_at", -1e9) < self.RQ_HEARTBEAT_SECONDS:
+            return None
+        self._heartbeat_at = time.monotonic()
+        with self.connection.pipeline() as pipe:
+            super().heartbeat(timeout, pipe)
+            pipe.execute()
+        return None
+
+    def set_state(self, state, pipeline=None):
+        """rq marks the worker idle before each dequeue: not while its threads still run items."""
+        if pipeline is None and state == WorkerStatus.IDLE and getattr(self, "_busy", 0):
+            return
+        super().set_state(state, pipeline)
 
     def _wait_until(self, ready) -> None:
         """Wait (heartbeating the worker) until `ready()` holds for the threads."""
@@ -309,13 +336,42 @@ class SimpleWorker(SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker
                 job, job_queue = self._handed.get_nowait()
                 self._busy += 1
             try:
-                self.perform_job(job, job_queue, self.prepare_execution(job))
-            except Exception:  # noqa: BLE001 - perform_job records a job's own failure; this is rq's bookkeeping
-                self.log.exception("Worker %s: job %s: the thread's bookkeeping failed", self.name, job.id)
+                while job is not None:
+                    self._perform(job, job_queue)
+                    job, job_queue = self._take_next() or (None, None)
             finally:
                 with self._changed:
                     self._busy -= 1
                     self._changed.notify_all()
+
+    def _perform(self, job, job_queue) -> None:
+        try:
+            self.perform_job(job, job_queue, self.prepare_execution(job))
+        except Exception:  # noqa: BLE001 - perform_job records a job's own failure; this is rq's bookkeeping
+            self.log.exception("Worker %s: job %s: the thread's bookkeeping failed", self.name, job.id)
+
+    def _take_next(self):
+        """A thread that finished a job takes the next one itself when one is waiting (without blocking), still
+        counted busy: it does not wait for the main thread's turn for the interpreter, a few round trips that
+        every hand-over needs and that, with many items in flight, queue behind all of them. None (the queue is
+        empty, the worker stops or rq's workers are suspended): the thread goes back to the main thread's
+        hand-overs."""
+        if self._stop_requested:
+            return None
+        try:
+            if is_suspended(self.connection, self):
+                return None
+            taken = self.queue_class.dequeue_any(self._ordered_queues, None, connection=self.connection,
+                                                 job_class=self.job_class, serializer=self.serializer,
+                                                 death_penalty_class=self.death_penalty_class)
+        except redis.RedisError as exc:
+            self.log.warning("Worker %s: could not take the next job (%s); the main thread takes it", self.name, exc)
+            return None
+        if taken is not None:
+            job, queue = taken
+            job.redis_server_version = self.get_redis_server_version()
+            self.log.info("Worker %s: %s: %s", self.name, queue.name, job.id)
+        return taken
 
     def _shutdown(self):
         """A stop takes effect at once in the main thread, busy threads or not: no job more is taken, and the
