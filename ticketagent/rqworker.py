@@ -319,8 +319,10 @@ class SimpleWorker(SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker
             result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
             if result is not None or not self._burst or held_before == 0:
                 return result
-            # burst, the queue empty: the items in flight may still enqueue more; ask again when one ends
-            self._wait_until(lambda before=held_before: self._held() < before)
+            # burst, the queue empty: the items in flight may still enqueue more (their task's window); ask again
+            # when one ends, or after a moment (a thread that ends one may take the next itself: none ends)
+            with self._changed:
+                self._changed.wait_for(lambda before=held_before: self._held() < before, timeout=0.5)
 
     def execute_job(self, job, queue):
         # one call: a stop signal (raised in this, the main thread) cannot fall between a count and the hand-over
