@@ -205,14 +205,14 @@ def item_hand_back(run: ItemRun, *, why: str, unsent=None) -> None:
     log.warning("item %s handed back: %s; nothing more called or written", run.item.pk, why)
 
 
-def ends_locked(run: ItemRun, status: str) -> bool:
-    """Whether the phase in which the item ends as `status` locks its task first: to wait for a person (the task
-    may need review), or done after failures (a success ends their run); not for an item simply done."""
-    return status != ItemStatus.DONE or run.task_failures > 0
+def done_locks_task(run: ItemRun) -> bool:
+    """Whether the phase in which the item ends done locks its task first: only to end a run of failures (an
+    item that ends otherwise -- failed, waiting for a person -- always does)."""
+    return run.task_failures > 0
 
 
 def item_stop(run: ItemRun, *, status: str, event_type: str, reason: str) -> None:
-    """Inside a phase (holding the task when `ends_locked()`): the item leaves
+    """Inside a phase (holding the task unless done and not `done_locks_task()`): the item leaves
     this worker as `status` -- waiting for a person, or done -- with its
     event. With the task held, a success ends its run of failures and the
     task may finish here; without, nothing of the task's is written and its
@@ -261,7 +261,7 @@ def phase_wait(run: ItemRun, *, status, reason, event_type):
 
 
 def phase_done(run: ItemRun):
-    with phase(run, task=ends_locked(run, ItemStatus.DONE)):
+    with phase(run, task=done_locks_task(run)):
         item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
 
 

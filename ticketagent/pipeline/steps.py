@@ -16,7 +16,7 @@ from ticketagent.models import EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost
 from ticketagent.pipeline.model_steps import item_ticket
 from ticketagent.pipeline.phases import (
-    ends_locked,
+    done_locks_task,
     item_fail,
     item_hand_back,
     item_stop,
@@ -165,11 +165,8 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
     the item's is, and the worker stops."""
     skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)  # (a rehearsal never gets here)
     # the task locked first when the item leaves in a way that writes it: it fails or waits for review, or it is
-    # done and ends a run of failures (`phases.ends_locked`)
-    if result.state == EffectState.COMMITTED:
-        locked = after is None and ends_locked(run, ItemStatus.DONE)
-    else:
-        locked = True
+    # done and ends a run of failures
+    locked = result.state != EffectState.COMMITTED or (after is None and done_locks_task(run))
     try:
         with phase(run, task=locked):
             ours = outcome_record(intent, effect, result)

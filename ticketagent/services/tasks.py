@@ -80,7 +80,7 @@ def task_maybe_finish(task: Task) -> None:
         return
     # Runs at the end of every item: while items are still queued or running
     # (nearly always), stop at the first one instead of counting the task.
-    if task.items.filter(status__in=(ItemStatus.QUEUED, ItemStatus.RUNNING)).exists():
+    if _items_to_run(task.pk):
         return
     counts = dict(task.items.values_list("status").annotate(n=Count("*")).values_list("status", "n"))
     if counts.get(ItemStatus.QUEUED) or counts.get(ItemStatus.RUNNING):
@@ -101,11 +101,15 @@ def task_maybe_finish(task: Task) -> None:
     event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status, "counts": counts})
 
 
+def _items_to_run(task_id: int) -> bool:
+    return Item.objects.filter(task_id=task_id, status__in=(ItemStatus.QUEUED, ItemStatus.RUNNING)).exists()
+
+
 def task_finish_if_idle(task_id: int) -> bool:
     """Outside a transaction, after an item of the task ended: finish the task if no item of it is left to run
     (one read; the task locked only then, and looked at again under its lock). True when it changed. The worker
     of a task's last item does this once its end has committed; the sweep, for a worker that died between."""
-    if Item.objects.filter(task_id=task_id, status__in=(ItemStatus.QUEUED, ItemStatus.RUNNING)).exists():
+    if _items_to_run(task_id):
         return False
     with transaction.atomic():
         task = task_locked(task_id)
