@@ -61,6 +61,7 @@ class Turn:
     governor: "Governor"
     token: str
     probing: bool
+    ended: bool = False
 
     def answered(self, headers=None, tokens: int = 0) -> None:
         self.governor.answered(self, headers or {}, tokens)
@@ -73,12 +74,14 @@ class Turn:
 
 
 class Governor:
-    """See the module docstring. Thread-safe: every method is a few Redis commands."""
+    """See the module docstring. Thread-safe: a turn and the end of a call are one Redis script each."""
 
     def __init__(self, redis_conn, endpoint: str):
         self.r = redis_conn
         self.key = "ticketagent:governor:" + hashlib.sha256(endpoint.encode()).hexdigest()[:16]
         self.endpoint = endpoint
+        self._turn_script = redis_conn.register_script(_TURN)
+        self._end_script = redis_conn.register_script(_END)
 
     # -- time ------------------------------------------------------------------------
     def now(self) -> float:
@@ -97,21 +100,15 @@ class Governor:
         try:
             yield turn
         finally:
-            self.r.zrem(self._k("inflight"), turn.token)
-            if turn.probing:
-                self.r.delete(self._k("probe"))
+            if not turn.ended:
+                self._end(turn, answered=False)
 
     def _wait(self, give_up: float) -> Turn:
         token = secrets.token_hex(8)
         while True:
-            pause, why = self._obstacle()
+            pause, why = self._try(token)
             if pause <= 0:
-                probing = why == "probe"
-                if self._take_slot(token):
-                    return Turn(self, token, probing)
-                if probing:
-                    self.r.delete(self._k("probe"))
-                pause, why = 0.1, "the calls in flight are at OPENAI_MAX_CONCURRENCY"
+                return Turn(self, token, why == "probe")
             left = give_up - time.monotonic()
             if left <= 0:
                 raise Waited(why)
@@ -119,70 +116,39 @@ class Governor:
                 raise Waited(f"the worker is stopping ({why})")
             time.sleep(min(pause, left, 1.0))
 
-    def _obstacle(self) -> tuple[float, str]:
-        """What stands before a request now: (seconds to wait, why); (0, "probe") when this caller may
-        probe a down endpoint, (0, "") when nothing does."""
-        now = self.now()
-        until, down = self.r.mget(self._k("backoff_until"), self._k("down_since"))
-        if until and float(until) > now:
-            return float(until) - now, self.waiting_words()
-        if down:
-            if self.r.set(self._k("probe"), "1", nx=True, px=int((settings.OPENAI_TIMEOUT + 5) * 1000)):
-                return 0, "probe"
-            return 0.5, self.waiting_words()
-        minute = int(now // 60)
-        rpm, tpm = self._limits()
-        if rpm and int(self.r.get(self._k(f"rpm:{minute}")) or 0) >= rpm:
-            return 60 * (minute + 1) - now, f"the requests of this minute reached OPENAI_RPM={rpm}"
-        if tpm and int(self.r.get(self._k(f"tpm:{minute}")) or 0) > tpm:
-            return 60 * (minute + 1) - now, f"the tokens of this minute reached OPENAI_TPM={tpm}"
-        return 0, ""
+    def _try(self, token: str) -> tuple[float, str]:
+        """One look, in one round trip (`_TURN`): (0, "") when this request may go -- its slot taken and it
+        counted in its minute --, (0, "probe") when it may go as the probe of a down endpoint, else
+        (seconds to wait, why)."""
+        rpm, tpm, cap = (settings.OPENAI_RPM or 0, settings.OPENAI_TPM or 0, settings.OPENAI_MAX_CONCURRENCY or 0)
+        slot = settings.OPENAI_TIMEOUT + 5  # a caller that died mid-call gives its slot back after this
+        answer, pause, limit = self._turn_script(args=[self.key, token, rpm, tpm, cap, slot, int(slot * 1000)])
+        answer = answer.decode()
+        if answer in ("go", "probe"):
+            return 0, "" if answer == "go" else "probe"
+        why = {"rpm": f"the requests of this minute reached OPENAI_RPM={int(limit)}",
+               "tpm": f"the tokens of this minute reached OPENAI_TPM={int(limit)}",
+               "cap": "the calls in flight are at OPENAI_MAX_CONCURRENCY"}.get(answer) or self.waiting_words()
+        return float(pause), why
 
-    def _limits(self) -> tuple[int, int]:
-        rpm, tpm = settings.OPENAI_RPM, settings.OPENAI_TPM
-        if rpm and tpm:
-            return rpm, tpm
-        learned = self.r.hmget(self._k("learned"), "rpm", "tpm")
-        return rpm or int(learned[0] or 0), tpm or int(learned[1] or 0)
-
-    def _take_slot(self, token: str) -> bool:
-        """A place among the calls in flight (OPENAI_MAX_CONCURRENCY), and this request counted in its minute."""
-        now = self.now()
-        inflight = self._k("inflight")
-        pipe = self.r.pipeline()
-        pipe.zremrangebyscore(inflight, "-inf", now)  # slots of callers that died mid-call expire
-        pipe.zadd(inflight, {token: now + settings.OPENAI_TIMEOUT + 5})
-        pipe.zcard(inflight)
-        _, _, taken = pipe.execute()
-        cap = settings.OPENAI_MAX_CONCURRENCY
-        if cap and taken > cap:
-            self.r.zrem(inflight, token)
-            return False
-        counter = self._k(f"rpm:{int(now // 60)}")
-        self.r.pipeline().incr(counter).expire(counter, 120).execute()
-        return True
+    def _end(self, turn: Turn, *, answered: bool, tokens: int = 0, learned=None) -> float:
+        """Give the slot (and a probe's right) back; for an answer also end an outage, count its tokens and
+        keep the limits the API said -- in one round trip (`_END`). Returns Redis's time."""
+        turn.ended = True
+        learned = learned or {}
+        now = self._end_script(args=[self.key, turn.token, int(turn.probing), int(answered), max(tokens, 0),
+                                     learned.get("rpm", ""), learned.get("tpm", "")])
+        return float(now)
 
     # -- what the answer said --------------------------------------------------------
     def answered(self, turn: Turn, headers, tokens: int) -> None:
-        """An answer came (any status but 429 and 5xx): the endpoint is up; tokens counted; limits learned."""
-        now = self.now()
-        pipe = self.r.pipeline()
-        pipe.delete(self._k("down_since"), self._k("failures"))
-        if tokens:
-            counter = self._k(f"tpm:{int(now // 60)}")
-            pipe.incrby(counter, tokens).expire(counter, 120)
-        pipe.execute()
-        self._learn(headers, now)
-
-    def _learn(self, headers, now: float) -> None:
-        """The API's `x-ratelimit-*` headers: its limits (when OPENAI_RPM/TPM are empty), and a shared wait
-        when it says nothing remains until a reset."""
+        """An answer came (any status but 429 and 5xx): the call is over, the endpoint is up; tokens counted;
+        limits learned."""
         get = headers.get
         learned = {name: int(get(f"x-ratelimit-limit-{kind}")) for name, kind in (("rpm", "requests"),
                                                                                   ("tpm", "tokens"))
                    if str(get(f"x-ratelimit-limit-{kind}") or "").isdigit()}
-        if learned:
-            self.r.hset(self._k("learned"), mapping=learned)
+        now = self._end(turn, answered=True, tokens=tokens, learned=learned)
         for kind in ("requests", "tokens"):
             if str(get(f"x-ratelimit-remaining-{kind}") or "") == "0":
                 wait = reset_seconds(get(f"x-ratelimit-reset-{kind}"))
@@ -226,6 +192,67 @@ class Governor:
 # SET the key to ARGV[1] (with a lifetime of ARGV[2] ms) only if it is later than what the key holds
 _LATER = ("if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then "
           "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end return 0")
+
+# The turn (`Governor._try`), one script so that a look and a slot cost one round trip. ARGV: the key prefix,
+# the caller's token, OPENAI_RPM, OPENAI_TPM, OPENAI_MAX_CONCURRENCY (0: not set), a slot's lifetime (s), the
+# probe's right's lifetime (ms). Answers {what, seconds to wait, limit}: "go", "probe", or what to wait for
+# ("backoff", "down", "rpm", "tpm", "cap"). The per-minute counters' keys are named from Redis's own clock
+# here, so they are not in KEYS: one Redis, not a cluster.
+_TURN = """
+local p = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local backoff = tonumber(redis.call('GET', p .. ':backoff_until') or '0')
+if backoff > now then return {'backoff', tostring(backoff - now), 0} end
+local answer = 'go'
+if redis.call('EXISTS', p .. ':down_since') == 1 then
+  if not redis.call('SET', p .. ':probe', '1', 'NX', 'PX', ARGV[7]) then return {'down', '0.5', 0} end
+  answer = 'probe'
+else
+  local minute = math.floor(tonumber(t[1]) / 60)
+  local rest = tostring(60 * (minute + 1) - now)
+  local rpm, tpm = tonumber(ARGV[3]), tonumber(ARGV[4])
+  if rpm == 0 or tpm == 0 then
+    local learned = redis.call('HMGET', p .. ':learned', 'rpm', 'tpm')
+    if rpm == 0 then rpm = tonumber(learned[1] or '0') end
+    if tpm == 0 then tpm = tonumber(learned[2] or '0') end
+  end
+  if rpm > 0 and tonumber(redis.call('GET', p .. ':rpm:' .. minute) or '0') >= rpm then return {'rpm', rest, rpm} end
+  if tpm > 0 and tonumber(redis.call('GET', p .. ':tpm:' .. minute) or '0') > tpm then return {'tpm', rest, tpm} end
+end
+local inflight = p .. ':inflight'
+redis.call('ZREMRANGEBYSCORE', inflight, '-inf', tostring(now))  -- slots of callers that died mid-call
+local cap = tonumber(ARGV[5])
+if cap > 0 and redis.call('ZCARD', inflight) >= cap then
+  if answer == 'probe' then redis.call('DEL', p .. ':probe') end
+  return {'cap', '0.1', cap}
+end
+redis.call('ZADD', inflight, tostring(now + tonumber(ARGV[6])), ARGV[2])
+local counter = p .. ':rpm:' .. math.floor(tonumber(t[1]) / 60)
+redis.call('INCR', counter)
+redis.call('EXPIRE', counter, 120)
+return {answer, '0', 0}
+"""
+
+# The end of a call (`Governor._end`). ARGV: the key prefix, the token, 1 for a probe, 1 for an answer, its
+# tokens, the learned requests and tokens per minute ('' when the headers said none). Answers Redis's time.
+_END = """
+local p = ARGV[1]
+local t = redis.call('TIME')
+redis.call('ZREM', p .. ':inflight', ARGV[2])
+if ARGV[3] == '1' then redis.call('DEL', p .. ':probe') end
+if ARGV[4] == '1' then
+  redis.call('DEL', p .. ':down_since', p .. ':failures')
+  if tonumber(ARGV[5]) > 0 then
+    local counter = p .. ':tpm:' .. math.floor(tonumber(t[1]) / 60)
+    redis.call('INCRBY', counter, ARGV[5])
+    redis.call('EXPIRE', counter, 120)
+  end
+  if ARGV[6] ~= '' then redis.call('HSET', p .. ':learned', 'rpm', ARGV[6]) end
+  if ARGV[7] ~= '' then redis.call('HSET', p .. ':learned', 'tpm', ARGV[7]) end
+end
+return tostring(tonumber(t[1]) + tonumber(t[2]) / 1000000)
+"""
 _GOVERNORS: dict[tuple, Governor] = {}
 
 
