@@ -8,7 +8,9 @@ filling at its start and draining at its end. The model's answers take 2 s on av
 (1 ± `inflight_spread`) as a real model's vary (0: every item in step with the others). Memory is the peak RSS of
 all the processes of a side, sampled once a second: per item in flight, what a thread costs. CPU is what the
 side's processes used over the run, in cores (1.00: one core busy all the time), and the machine's, all processes
-together: where the rate bends, they say why.
+together: where the rate bends, they say why -- with what each process would need at the ideal rate (ideal items/s
+x its CPU an item / processes): one interpreter runs one thread at a time, so a process needing near or above one
+core bends, however many threads it has.
 """
 
 from __future__ import annotations
@@ -127,21 +129,23 @@ def _times_ours(task_id: int) -> list[tuple[float, float]]:
 
 
 def _row(bench: Bench, side: str, in_flight: int, n: int, seconds: float, rss_mb: float, valid: bool,
-         cpu: tuple[float, float], steady: float | None) -> None:
+         cpu: tuple[float, float], steady: float | None, processes: int = 1) -> None:
     s = bench.sizes
     ips = n / seconds
     ideal = in_flight / (3 * s.inflight_call_seconds)
     per = rss_mb / in_flight
     own, machine = cpu
+    need = ideal * own * seconds / n / processes  # cores of one process at the ideal rate
     bench.results.raw["inflight"][f"{side}-{in_flight}"] = {
         "items": n, "in_flight": in_flight, "items_per_s": ips, "ideal": ideal, "steady_items_per_s": steady,
         "rss_mb": rss_mb, "rss_mb_per_item_in_flight": per, "cpu_cores": own, "machine_cores": machine,
-        "cpu_ms_per_item": 1000 * own * seconds / n, "spread": s.inflight_spread}
+        "cpu_ms_per_item": 1000 * own * seconds / n, "spread": s.inflight_spread, "processes": processes,
+        "cores_per_process_at_ideal": need}
     held = f"{steady:.2f} items/s = {steady / ideal:.2f}×" if steady else "— (run too short)"
     bench.log(f"  {side}, {in_flight} in flight, {n} items: queue full {held}; the whole run {ips:.2f} "
               f"items/s = {ips / ideal:.2f}× (ideal {ideal:.2f}); RSS {rss_mb:.0f} MB in all, {per:.1f} MB per "
               f"item in flight; CPU {own:.2f} cores ({1000 * own * seconds / n:.0f} ms an item), machine "
-              f"{machine:.2f} of {psutil.cpu_count()} cores")
+              f"{machine:.2f} of {psutil.cpu_count()} cores; at the ideal rate a process would need {need:.2f} cores")
     spread = f" ± {s.inflight_spread:.0%}" if s.inflight_spread else ""
     bench.results.add("28", f"{side}: {in_flight} in flight, model {s.inflight_call_seconds:g} s{spread}/call, "
                             f"{n} tickets",
@@ -149,7 +153,8 @@ def _row(bench: Bench, side: str, in_flight: int, n: int, seconds: float, rss_mb
                                              else "— (run too short)")
                       + f"; the whole run, filling and draining too: {ips:.2f} items/s = {ips / ideal:.2f}×; "
                       f"RSS {rss_mb:.0f} MB ({per:.1f} MB per item in flight); CPU {own:.2f} cores, machine "
-                      f"{machine:.2f} of {psutil.cpu_count()}" + ("" if valid else " (INVALID, see notes)"),
+                      f"{machine:.2f} of {psutil.cpu_count()}; at the ideal rate a process would need {need:.2f} cores"
+                      + ("" if valid else " (INVALID, see notes)"),
                       "≥ 0.85× ideal (queue full)", valid and steady is not None and steady / ideal >= 0.85)
 
 
@@ -193,7 +198,7 @@ def _ours(bench: Bench, env: dict, base_url: str, *, processes: int, threads: in
             else f"ours, {processes} processes × 1 item (today's workers)" if threads == 1
             else f"ours, {processes} processes × WORKER_THREADS={threads}")
     _row(bench, side, in_flight, n, end - t0, sum(sampler.peak_rss.values()) / 2**20, valid, cpu,
-         steady_rate(_times_ours(task.pk), in_flight))
+         steady_rate(_times_ours(task.pk), in_flight), processes)
 
 
 def _peer(bench: Bench, peer: DbosPeer, env: dict, base_url: str, threads: int) -> None:

@@ -41,7 +41,7 @@ class Sizes:
     inflight_spread: float = 0.25  # a call's latency drawn from call x (1 ± spread), as a model's varies (0: in step)
     inflight_threads: tuple[int, ...] = (24, 50, 100, 200)  # one process, WORKER_THREADS threads
     inflight_processes: tuple[int, ...] = (8, 16)  # today's workers: one item per process
-    inflight_split: tuple[tuple[int, int], ...] = ((2, 50),)  # processes x threads: is the bend per process?
+    inflight_split: tuple[tuple[int, int], ...] = ((2, 50), (2, 100))  # processes x threads: is the bend per process?
     inflight_peer: tuple[int, ...] = (50, 100, 200)  # DBOS, one process, that many workflows at once
     inflight_rounds: int = 5  # tickets per run: rounds x items in flight
     ratelimit_items: int = 1000
