@@ -123,7 +123,7 @@ class Governor:
         rpm, tpm, cap = (settings.OPENAI_RPM or 0, settings.OPENAI_TPM or 0, settings.OPENAI_MAX_CONCURRENCY or 0)
         slot = settings.OPENAI_TIMEOUT + 5  # a caller that died mid-call gives its slot back after this
         answer, pause, limit = self._turn_script(args=[self.key, token, rpm, tpm, cap, slot, int(slot * 1000)])
-        answer = answer.decode()
+        answer = answer.decode() if isinstance(answer, bytes) else answer
         if answer in ("go", "probe"):
             return 0, "" if answer == "go" else "probe"
         why = {"rpm": f"the requests of this minute reached OPENAI_RPM={int(limit)}",
