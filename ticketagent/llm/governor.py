@@ -202,6 +202,7 @@ _TURN = """
 local p = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local minute = math.floor(tonumber(t[1]) / 60)
 local backoff = tonumber(redis.call('GET', p .. ':backoff_until') or '0')
 if backoff > now then return {'backoff', tostring(backoff - now), 0} end
 local answer = 'go'
@@ -209,7 +210,6 @@ if redis.call('EXISTS', p .. ':down_since') == 1 then
   if not redis.call('SET', p .. ':probe', '1', 'NX', 'PX', ARGV[7]) then return {'down', '0.5', 0} end
   answer = 'probe'
 else
-  local minute = math.floor(tonumber(t[1]) / 60)
   local rest = tostring(60 * (minute + 1) - now)
   local rpm, tpm = tonumber(ARGV[3]), tonumber(ARGV[4])
   if rpm == 0 or tpm == 0 then
@@ -228,7 +228,7 @@ if cap > 0 and redis.call('ZCARD', inflight) >= cap then
   return {'cap', '0.1', cap}
 end
 redis.call('ZADD', inflight, tostring(now + tonumber(ARGV[6])), ARGV[2])
-local counter = p .. ':rpm:' .. math.floor(tonumber(t[1]) / 60)
+local counter = p .. ':rpm:' .. minute
 redis.call('INCR', counter)
 redis.call('EXPIRE', counter, 120)
 return {answer, '0', 0}
