@@ -139,6 +139,7 @@ class Heartbeats:
             with self._lock:
                 leases = [lease for lease in self._leases.values() if not lease.lost]
             if not leases:
+                connection.close()  # an idle process holds no connection for its heartbeats (none if never opened)
                 continue
             try:
                 leases_renew(leases)
