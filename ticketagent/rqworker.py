@@ -344,7 +344,18 @@ class SimpleWorker(SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker
             finally:
                 with self._changed:
                     self._busy -= 1
+                    if self._held() == 0:
+                        self._say_idle()
                     self._changed.notify_all()
+
+    def _say_idle(self) -> None:
+        """The last busy thread ended: the worker is idle (rq says so only before its main thread's next dequeue,
+        which may be waiting for a job already). Under `_changed`: a job handed over after this is marked busy
+        after it."""
+        try:
+            self.set_state(WorkerStatus.IDLE)
+        except redis.RedisError as exc:
+            self.log.warning("Worker %s: could not mark itself idle (%s)", self.name, exc)
 
     def _perform(self, job, job_queue) -> None:
         try:

@@ -97,3 +97,20 @@ def test_a_stop_takes_no_job_more_and_finishes_what_its_threads_hold(slow_model,
     assert not task.items.filter(status=ItemStatus.RUNNING).exists(), "the items in flight were finished"
     assert task.items.filter(status=ItemStatus.DONE).count() < 40, "no job was taken after the stop"
     assert sandbox.counts()["duplicates"] == 0
+
+
+def test_a_worker_whose_threads_have_all_ended_says_it_is_idle(slow_model, workers, sandbox, queue):
+    """rq marks a worker idle only before its main thread's next dequeue, and a thread that ends a job takes the
+    next itself: the main thread may wait for a job meanwhile, with the worker still marked busy (the Workers
+    page said "busy, 0 of 4 threads busy"). The last thread to end marks it idle."""
+    from rq import Worker as RQWorker
+
+    task = make_task(6)
+    [worker] = workers.start(1, extra_env={**slow_model.worker_env, "WORKER_THREADS": "4"})
+
+    def state():
+        return {w.pid: w.get_state() for w in RQWorker.all(queue=queue)}.get(worker.pid)
+
+    wait_for(lambda: state() == "busy", timeout=60, interval=0.05, message="the worker busy with the items")
+    wait_for(lambda: task.items.filter(status=ItemStatus.DONE).count() == 6, timeout=60, message="every item done")
+    wait_for(lambda: state() == "idle", timeout=15, message="the worker marked idle once its threads are done")

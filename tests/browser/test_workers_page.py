@@ -29,7 +29,7 @@ def test_an_operator_sees_each_worker_its_item_the_queue_and_the_recoveries(page
     [worker] = workers.start(1, extra_env={"WORKER_THREADS": "4"})  # up to four items at once
     held = make_task(3, name="Held batch", prefix="H")
     Task.objects.filter(pk=held.pk).update(status=TaskStatus.PAUSED, status_reason="paused by alice")
-    busy = make_task(4, name="Busy batch")
+    busy = make_task(12, name="Busy batch")  # three rounds of four: still running when a slow login gets there
     login(page, "alice", "alice-pass-123")
     page.locator("#nav-workers").click()
 
