@@ -173,8 +173,7 @@ class Governor:
 
     def _back_off(self, until: float, why: str) -> None:
         """Everyone waits until `until` (Redis's clock), unless a longer wait is in force already."""
-        self.r.eval(_LATER, 1, self._k("backoff_until"), repr(until),
-                    max(1, int((until - self.now()) * 1000) + 1000))
+        self.r.eval(_LATER, 1, self._k("backoff_until"), repr(until))
         log.info("model API %s: everyone waits until %.1f (%s)", self.endpoint, until, why)
 
     # -- what people see -------------------------------------------------------------
@@ -189,9 +188,16 @@ class Governor:
         return "waiting for the model API's rate limit"
 
 
-# SET the key to ARGV[1] (with a lifetime of ARGV[2] ms) only if it is later than what the key holds
-_LATER = ("if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then "
-          "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end return 0")
+# SET the key to ARGV[1] (kept a second past that time, by Redis's clock) only if it is later than what it holds
+_LATER = """
+local t = redis.call('TIME')
+local later = tonumber(ARGV[1])
+if tonumber(redis.call('GET', KEYS[1]) or '0') < later then
+  local ttl = math.floor((later - tonumber(t[1]) - tonumber(t[2]) / 1000000) * 1000) + 1000
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', math.max(1, ttl))
+end
+return 0
+"""
 
 # The turn (`Governor._try`), one script so that a look and a slot cost one round trip. ARGV: the key prefix,
 # the caller's token, OPENAI_RPM, OPENAI_TPM, OPENAI_MAX_CONCURRENCY (0: not set), a slot's lifetime (s), the
