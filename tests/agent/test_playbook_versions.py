@@ -4,7 +4,7 @@ go-live executes the rehearsed decisions without asking the model again."""
 import pytest
 
 from ticketagent.eventlog.replay import task_replay_diff
-from ticketagent.models import EventType, ItemStatus, TaskStatus
+from ticketagent.models import EventType, ItemStatus, Task, TaskStatus
 from ticketagent.playbooks.services import draft_open, draft_update, playbook_import, version_publish
 from ticketagent.playbooks.standard import standard_spec
 from ticketagent.services.rehearsal import item_row, task_go_live
@@ -50,6 +50,8 @@ def test_publishing_v2_mid_task_leaves_the_task_on_v1_and_the_move_recomputes(wo
     assert task_move_version(task_id=task.pk, version_id=v2.pk, actor="alice") == plan.movable
     task_resume(task_id=task.pk, actor="alice")
     wait_for(lambda: task.items.filter(status=ItemStatus.DONE).count() == 6, timeout=60, message="the rest done")
+    wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=30,
+             message="the task to close after its last item")
     workers.stop_all()
     task.refresh_from_db()
     assert task.status == TaskStatus.COMPLETED and task.playbook_version_id == v1.pk

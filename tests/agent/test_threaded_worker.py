@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from ticketagent.models import Item, ItemStatus, TaskStatus
+from ticketagent.models import Item, ItemStatus, Task, TaskStatus
 
 from ..conftest import wait_for
 from ..factories import make_task
@@ -80,8 +80,10 @@ def test_a_killed_process_holding_many_items_has_each_taken_over(slow_model, wor
     workers.start_recovery()
     wait_for(lambda: task.items.filter(status=ItemStatus.DONE).count() == 12, timeout=120, interval=0.2,
              message=f"the batch to finish after the kill\n{workers.logs()}")
-    task.refresh_from_db()
-    assert task.status == TaskStatus.COMPLETED
+    # The task closes once its last item's end has committed (the worker's on-commit step, or the sweep):
+    # a moment after the last item reads done.
+    wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=30, interval=0.2,
+             message=f"the task to close after its last item\n{workers.logs()}")
     taken_over = Item.objects.filter(pk__in=held, attempt__gt=1).count()
     assert taken_over >= 1, "the killed process's items were taken over by the sweep"
     assert sandbox.counts()["duplicates"] == 0, "no effect twice"
