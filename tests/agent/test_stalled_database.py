@@ -102,14 +102,14 @@ def test_a_worker_whose_answers_stall_past_its_lease_makes_no_call(workers, sand
              message="the task to finish without the stalled worker")
     assert Event.objects.filter(item=item, type=EventType.RECOVERED).exists()
     wait_for(lambda: time.monotonic() > matched[0] + stall + 3, timeout=stall + 10, message="the stall to end")
-    time.sleep(2)  # a call it made on waking would have landed by now
-    delivered_once(task, sandbox)
     woke = ("nothing more called or written", "server closed the connection", "idle-in-transaction timeout")
     try:
         wait_for(lambda: any(line in victim.log_path.read_text() for line in woke), timeout=15,
                  message="the stalled worker to wake up and stop")
     except AssertionError:
         raise AssertionError(victim.log_path.read_text()[-4000:]) from None
+    time.sleep(2)  # it has woken: a call it made then would have landed by now
+    delivered_once(task, sandbox)
 
 
 def test_a_worker_cut_off_mid_transaction_freezes_nothing(workers, sandbox, proxy, redis_conn):

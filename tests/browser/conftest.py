@@ -25,6 +25,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 ARTIFACTS = ROOT / "test-artifacts"
 TIMEOUT_MS = 30_000
+# How long an assertion on a page waits for it to become true: the live views poll every 2 s, and a worker's
+# closing step (the task's status after its last item) lands a poll later; Playwright's 5 s is one or two polls.
+EXPECT_TIMEOUT_MS = 15_000
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -53,9 +56,10 @@ def chromium():
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         skip_or_fail(f"no Chromium at {CHROMIUM} (apt-get install chromium); the browser tests need it")
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import expect, sync_playwright
     except ImportError as exc:  # pragma: no cover - playwright is in requirements.txt
         skip_or_fail(f"playwright is not installed: {exc}")
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:

@@ -14,8 +14,9 @@ from playwright.sync_api import expect
 from rq.job import Job
 
 from ticketagent import jobs
-from ticketagent.models import Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import Item, ItemStatus
 from ticketagent.recovery import recover_once
+from ticketagent.services.tasks import task_pause
 
 from ..factories import make_task
 from .conftest import assert_accessible, assert_fits_the_screen, docs_screenshot, login
@@ -26,9 +27,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 def test_an_operator_sees_each_worker_its_item_the_queue_and_the_recoveries(page, live_server, workers, sandbox,
                                                                             alice):
     sandbox.set_faults(latency_ms=1200)  # every helpdesk call takes a while: the worker is busy long enough to see
+    held = make_task(3, name="Held batch", prefix="H")  # paused before any worker could take one of its items
+    task_pause(task_id=held.pk, actor="alice")
     [worker] = workers.start(1, extra_env={"WORKER_THREADS": "4"})  # up to four items at once
-    held = make_task(3, name="Held batch", prefix="H")
-    Task.objects.filter(pk=held.pk).update(status=TaskStatus.PAUSED, status_reason="paused by alice")
     busy = make_task(12, name="Busy batch")  # three rounds of four: still running when a slow login gets there
     login(page, "alice", "alice-pass-123")
     page.locator("#nav-workers").click()

@@ -56,14 +56,16 @@ class Stack:
         finally:
             conn.close()
 
-    def wait_ready(self, timeout: float = 60) -> dict:
+    def wait_ready(self, timeout: float = 60, workers: int = 0) -> dict:
+        """Until /readyz answers 200 and counts `workers` (a worker boots beside the web server: it registers
+        after its own start-up, which /readyz does not wait for)."""
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
             try:
                 status, _, body = self.get("/readyz")
                 last = json.loads(body)
-                if status == 200:
+                if status == 200 and last.get("workers", 0) >= workers:
                     return last
             except (OSError, ValueError, http.client.HTTPException):
                 pass
@@ -114,7 +116,7 @@ def start_stack(workers, tmp_path: Path, *, processes=("web", "worker", "sweep")
     if "web" in processes:
         if not wait_port(port, 60):
             raise AssertionError(f"gunicorn did not listen on {port}\n{stack.logs()}")
-        stack.wait_ready()
+        stack.wait_ready(workers=1 if "worker" in processes else 0)
     return stack
 
 

@@ -63,9 +63,11 @@ def test_probes_answer_a_load_balancer_by_address_over_plain_http(production_sta
 
 
 def test_the_workers_heartbeat_is_visible_to_an_orchestrator(production_stack):
-    healthy = wait_for(lambda: (p := production_stack.manage("worker-health")).returncode == 0 and p,
-                       timeout=30, message="worker-health to pass")
-    assert ": idle, last heartbeat" in healthy.stdout and "ok" in healthy.stdout
+    # rq marks a new worker idle only at its first wait for a job, a moment after it registered
+    healthy = wait_for(lambda: ((p := production_stack.manage("worker-health")).returncode == 0
+                                and ": idle, last heartbeat" in p.stdout and p),
+                       timeout=30, message="worker-health to pass with the worker idle")
+    assert "ok" in healthy.stdout
     missing = production_stack.manage("worker-health", "--name", "no-such-worker")
     assert missing.returncode == 1 and "no worker named 'no-such-worker' is registered" in missing.stderr
 

@@ -109,7 +109,10 @@ def _db(hosts: TwoHosts):
 
 
 def _state(hosts: TwoHosts, task_id: int) -> dict:
-    with _db(hosts) as conn:
+    """The task, its items and its effects as of one moment (one snapshot: a reconcile's commit and the item's
+    continuation after it are two transactions, and reads on either side of them would mix)."""
+    with _db(hosts) as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         status = conn.execute("SELECT status FROM ticketagent_task WHERE id = %s", [task_id]).fetchone()[0]
         items = dict(conn.execute("SELECT status, count(*) FROM ticketagent_item WHERE task_id = %s GROUP BY 1",
                                   [task_id]).fetchall())
@@ -187,9 +190,12 @@ def test_a_worker_host_cut_off_mid_task_loses_nothing_and_repeats_nothing(hosts)
 
 
 def _ended(state: dict) -> bool:
-    """The task stopped for good: completed, suspended, or waiting for a person with nothing left to settle."""
+    """The task stopped for good: completed, suspended, or waiting for a person with nothing left to settle.
+    An item still waiting for review with every effect settled is not that: its reconcile has committed and
+    the item goes on in the next transaction (the task back to running)."""
     unsettled = state["effects"].get("unknown", 0) + state["effects"].get("intent", 0)
-    return state["task"] in ("completed", "suspended") or (state["task"] == "needs_review" and not unsettled)
+    return state["task"] in ("completed", "suspended") or (
+        state["task"] == "needs_review" and not unsettled and not state["items"].get("waiting_review"))
 
 
 def _walkthrough(hosts: TwoHosts) -> None:

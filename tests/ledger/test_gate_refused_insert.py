@@ -11,15 +11,14 @@ time it runs, the row that caused the refusal is committed and visible.
 import json
 import subprocess
 import sys
-import time
 
 import pytest
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
 
 from ledger import gate
 from ledger.models import BlockedDuplicate, Effect, EffectState, EffectTransition
 
-from ..conftest import ROOT
+from ..conftest import ROOT, wait_for
 from .helpers import NOTIFY, run_notify
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,15 +70,33 @@ def result(proc) -> dict:
     return {"called": answer["called"], "blocked": answer["blocked"]}
 
 
+def _inserts_waiting_on_a_lock() -> int:
+    """Sessions of this database whose INSERT into the effects table waits for a lock (the holder's row)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock' AND query LIKE %s", [f'%INSERT INTO "{Effect._meta.db_table}"%'])
+        return cursor.fetchone()[0]
+
+
 def race_a_held_intent(env, racer_payload, verdict):
     """The holder's intent is inserted, not committed; the racer's INSERT
     meets it and must wait; then the holder commits or rolls back."""
     holder = spawn(HOLDER, NOTIFY, env, stdin=subprocess.PIPE)
-    assert holder.stdout.readline().strip() == "holding", holder.stderr.read()
-    racer = spawn(RACER, racer_payload, env)
-    assert racer.stdout.readline().strip() == "inserting", racer.stderr.read()
-    time.sleep(1.0)
-    assert racer.poll() is None, "the racer's INSERT waits on the holder's uncommitted row"
+    racer = None
+    try:
+        assert holder.stdout.readline().strip() == "holding", holder.stderr.read()
+        racer = spawn(RACER, racer_payload, env)
+        assert racer.stdout.readline().strip() == "inserting", racer.stderr.read()
+        wait_for(lambda: racer.poll() is not None or _inserts_waiting_on_a_lock(), timeout=30,
+                 message="the racer's INSERT to reach PostgreSQL")
+        assert racer.poll() is None and _inserts_waiting_on_a_lock() == 1, \
+            "the racer's INSERT waits on the holder's uncommitted row"
+    except BaseException:
+        for proc in (holder, racer):  # a holder left waiting would hold its row lock past the test
+            if proc is not None:
+                proc.kill()
+                proc.communicate()
+        raise
     holder.stdin.write(f"{verdict}\n")
     holder.stdin.flush()
     return holder, racer
