@@ -39,6 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 _ENCRYPTION_REQUESTS = (80877103, 80877104)  # SSLRequest, GSSENCRequest: 8 bytes, length then code
 _CHUNK = 65536
@@ -83,8 +84,31 @@ class _Aim:
         return " + ".join(p.decode("utf-8", "replace") for p in self.patterns)
 
 
+def database_server(url: str) -> tuple[str, int]:
+    """The server of a libpq URL: (host, port), the host a folder for a unix socket (the private server's
+    `postgres://postgres@%2Fpath%2Fto%2Fvar%2Fpostgres/ticketagent`, whose percent-encoded, case-sensitive host
+    `urlsplit().hostname` would lower-case and leave encoded)."""
+    server = urlsplit(url).netloc.rpartition("@")[2]
+    host, colon, port = server.rpartition(":")
+    if not colon or not port.isdigit() or host.endswith("["):
+        host, port = server, ""
+    return unquote(host.strip("[]")) or "127.0.0.1", int(port or 5432)
+
+
 class FaultProxy:
     """Forwards 127.0.0.1:<port> to `target_host:target_port`, one thread per direction and connection."""
+
+    @classmethod
+    def in_front_of(cls, url: str, **kwargs) -> FaultProxy:
+        """A proxy (not started) to the server of the database `url` names, over TCP or its unix socket."""
+        return cls(*database_server(url), **kwargs)
+
+    def url(self, url: str) -> str:
+        """`url` with its server replaced by this (started) proxy: the same user, password and database."""
+        parts = urlsplit(url)
+        auth = parts.netloc.rpartition("@")[0]
+        return urlunsplit((parts.scheme, f"{auth}@127.0.0.1:{self.port}" if auth else f"127.0.0.1:{self.port}",
+                           parts.path, parts.query, ""))
 
     def __init__(self, target_host: str, target_port: int, *, connect_timeout: float = 10.0):
         self.target = (target_host, int(target_port))

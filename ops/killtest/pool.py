@@ -3,7 +3,6 @@
 import random
 import sys
 from collections import Counter
-from urllib.parse import urlsplit, urlunsplit
 
 from ledger.faults import WINDOWS
 from ops.faultproxy import FaultProxy
@@ -42,11 +41,9 @@ class WorkerPool:
                "WORKER_FORK": "true" if fork else "false", "WORKER_THREADS": str(self.threads)}
         proxy = None
         if self.proxied:
-            url = urlsplit(self.procs.env["DATABASE_URL"])
-            proxy = FaultProxy(url.hostname or "127.0.0.1", url.port or 5432)
-            auth = url.netloc.rsplit("@", 1)[0] + "@" if "@" in url.netloc else ""
-            env["DATABASE_URL"] = urlunsplit((url.scheme, f"{auth}127.0.0.1:{proxy.start()}", url.path,
-                                              url.query, ""))
+            proxy = FaultProxy.in_front_of(self.procs.env["DATABASE_URL"])
+            proxy.start()
+            env["DATABASE_URL"] = proxy.url(self.procs.env["DATABASE_URL"])
         child = self.procs.start("worker", self.worker_command, env=env)
         if proxy is not None:
             self.proxies[child] = proxy

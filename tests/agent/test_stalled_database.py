@@ -11,7 +11,6 @@ import os
 import signal
 import threading
 import time
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -19,6 +18,7 @@ from django.db import OperationalError, connection
 
 from ledger.models import Effect, EffectState
 from ops.faultproxy import FaultProxy
+from ops.processes import database_url
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 
 from ..conftest import wait_for
@@ -31,16 +31,13 @@ INTENT_STATEMENT = b'INSERT INTO "ledger_effect"'
 
 @pytest.fixture
 def proxy():
-    db = connection.settings_dict
-    with FaultProxy(db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)) as running:
+    with FaultProxy.in_front_of(database_url()) as running:
         yield running
 
 
 def via(proxy: FaultProxy) -> str:
     """The test database's URL, through the proxy."""
-    db = connection.settings_dict
-    auth = quote(db["USER"] or "postgres") + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@127.0.0.1:{proxy.port}/{quote(db['NAME'])}"
+    return proxy.url(database_url())
 
 
 def idle_in_transaction_holding(row) -> bool:

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from ops.faultproxy import FaultProxy
+from ops.faultproxy import FaultProxy, database_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,3 +152,25 @@ class TestDrop:
         assert direct.execute(sessions, (name,)).fetchone()[0] == 0  # heal closed the dead connection
         assert [e["event"] for e in proxy.events if e["event"] in ("drop", "heal")] == ["drop", "heal"]
         fresh.close()
+
+
+@pytest.mark.parametrize("url,server", [
+    ("postgres://postgres@%2Ftmp%2FWork%2Fvar%2Fpostgres/ticketagent", ("/tmp/Work/var/postgres", 5432)),
+    ("postgres://postgres@%2Ftmp%2Fpg:5433/ticketagent", ("/tmp/pg", 5433)),
+    ("postgres://u:p%40ss@db.example.com:6543/ticketagent", ("db.example.com", 6543)),
+    ("postgres://u@[::1]:5434/x", ("::1", 5434)),
+    ("postgres://u@[::1]/x", ("::1", 5432)),
+    ("postgres:///ticketagent", ("127.0.0.1", 5432)),
+])
+def test_the_proxy_finds_the_server_a_database_url_names(url, server):
+    """The private server's URL names a unix socket folder, percent-encoded and case-sensitive: the kill test's
+    proxies forwarded to nothing while they read it with urlsplit().hostname."""
+    assert database_server(url) == server
+
+
+def test_a_url_through_the_proxy_keeps_user_password_and_database():
+    proxy = FaultProxy.in_front_of("postgres://u:p%40ss@%2Ftmp%2Fpg/db?sslmode=disable")
+    proxy.port = 40001
+    assert proxy.target == ("/tmp/pg", 5432)
+    assert proxy.url("postgres://u:p%40ss@%2Ftmp%2Fpg/db?sslmode=disable") == (
+        "postgres://u:p%40ss@127.0.0.1:40001/db?sslmode=disable")
