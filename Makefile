@@ -67,7 +67,7 @@ venv-dev: $(DEV_STAMP)
 run: $(STAMP)
 	$(PY) scripts/run.py
 
-model: | $(PY)
+model: $(STAMP)
 	$(PY) scripts/model.py
 
 test: $(DEV_STAMP)
