@@ -51,8 +51,10 @@ def _call_evidence(effect: Effect, channel) -> None:
         effect.evidence = (f"The request was sent and {system} answered, but not with a yes: the answer "
                            f"cannot be read as done or not done.")
     else:
-        effect.evidence = (f"The request was sent and no answer came back from {system} (the connection dropped "
-                           f"or timed out after sending): it may have been delivered.")
+        effect.evidence = (f"The request was sent and no answer came back from {system} that proves it was handled "
+                           f"(the connection dropped or timed out after sending, or a 5xx, which a gateway in front "
+                           f"of it gives while the write may still go on): it may have been delivered, or may still "
+                           f"be.")
     if channel.abilities.honours_key:
         effect.resend_warning = (f"“did not happen” sends it again with the same key; {system} refuses a "
                                  f"repeat of that key, so it cannot land twice.")
