@@ -64,64 +64,68 @@ def effect_not_sent(*, effect_id: int, claim_token: str, actor: str, note: str) 
 
 
 def reconcile_not_before(effect: Effect) -> dt.datetime:
-    """When a look-up's "not found" can be trusted (compare with `db_now()`).
+    """The one rule for when a look-up's "not found" can be trusted (compare
+    with `db_now()`, taken before the look-up is sent). Every path that
+    reconciles goes through `effect_reconcile`, which applies it.
 
     An unknown with a settle time (a holder whose claim ended mid-call, a
-    call without an answer, a 5xx): not before it -- no caller can still be
-    calling and nothing it sent can still land. A call the system itself
-    answered (a reset after a 2xx status line) cannot land later: at once,
-    on its first two attempts; from the third one answered again, 1, 2, 4 … s
-    (up to the in-flight bound), so a helpdesk that keeps refusing is not
+    call without an answer, a 5xx -- a gateway in front of the helpdesk may
+    still hand the request upstream): not before it, when no caller can still
+    be calling and nothing it sent can still land. A call the system itself
+    answered (a 408, a reset after a 2xx status line) cannot land later: at
+    once, on its first two attempts; from the third one answered again, 1, 2,
+    4 … s (up to the in-flight bound), so a helpdesk that keeps refusing is not
     asked in a tight loop. A row from before settle times were kept: the
     channel's longest call and in-flight bound past its intent.
     """
-    channel = get_channel(effect.channel)
-    bound = channel.max_call_seconds + channel.in_flight_seconds + SETTLE_MARGIN_SECONDS
     if effect.settle_after is not None:
         return effect.settle_after
+    channel = get_channel(effect.channel)
+    bound = channel.max_call_seconds + channel.in_flight_seconds + SETTLE_MARGIN_SECONDS
     if effect.answered and effect.outcome_at:
         backoff = 0.0 if effect.attempts <= 2 else min(2.0 ** (effect.attempts - 3), bound)
         return effect.outcome_at + dt.timedelta(seconds=backoff)
     return effect.intent_at + dt.timedelta(seconds=bound)
 
 
-def effect_reconcile(*, effect_id: int, actor: str = "reconcile", force: bool = False) -> Effect:
-    """Ask the channel whether the unknown effect happened.
+NOT_YET_TRUSTED = "asked before its settle time, so not trusted: a write may still land; it stays unknown"
 
-    found  -> committed (resolved_by reconcile);
-    absent -> failed, verdict "did not happen": the item may retry with the same key;
+
+def effect_reconcile(*, effect_id: int, actor: str = "reconcile") -> Effect:
+    """Ask the channel whether the unknown effect happened, at any time.
+
+    found  -> committed (resolved_by reconcile): a write that is found has landed, whenever it is asked;
+    absent -> failed, verdict "did not happen" (the item may retry with the same key) -- only when the
+              look-up was sent at or after `reconcile_not_before()`; asked earlier, the effect stays unknown
+              and the answer is kept as evidence, since a write may still land;
     anything else stays unknown for review, with the answer recorded.
     """
     effect = Effect.objects.get(pk=effect_id)
     if effect.state != EffectState.UNKNOWN:
         return effect
-    if not force and db_now() < reconcile_not_before(effect):
-        return effect
+    asked_at = db_now()  # before the look-up leaves: a "not found" describes no earlier moment than this
     answer = get_channel(effect.channel).lookup(effect.idempotency_key, effect.payload)  # no transaction open
     with transaction.atomic():
         effect = Effect.objects.select_for_update(no_key=True).get(pk=effect_id)
         if effect.state != EffectState.UNKNOWN:
             return effect
-        now = timezone.now()
         effect.last_reconcile = answer.detail[:300]
-        effect.reconciled_at = now
-        if answer.found is True:
-            effect.state = EffectState.COMMITTED
+        effect.reconciled_at = timezone.now()
+        trusted = answer.found is True or (answer.found is False and asked_at >= reconcile_not_before(effect))
+        if trusted:
+            effect.state = EffectState.COMMITTED if answer.found else EffectState.FAILED
+            effect.verdict = Verdict.HAPPENED if answer.found else Verdict.NOT_HAPPENED
             effect.resolved_by = ResolvedBy.RECONCILE
-            effect.verdict = Verdict.HAPPENED
-            effect.external_ref = answer.external_ref[:200]
+            if answer.found:
+                effect.external_ref = answer.external_ref[:200]
             effect.save()
             record_transition(effect, EffectState.UNKNOWN, "EFFECT_RECONCILED", actor=actor, note=answer.detail)
-        elif answer.found is False:
-            effect.state = EffectState.FAILED
-            effect.resolved_by = ResolvedBy.RECONCILE
-            effect.verdict = Verdict.NOT_HAPPENED
-            effect.save()
-            record_transition(effect, EffectState.UNKNOWN, "EFFECT_RECONCILED", actor=actor, note=answer.detail)
-        else:
-            effect.save(update_fields=["last_reconcile", "reconciled_at", "updated_at"])
-            record_transition(effect, EffectState.UNKNOWN, "EFFECT_RECONCILE_UNANSWERED", actor=actor,
-                              note=answer.detail)
+            return effect
+        if answer.found is False:
+            effect.last_reconcile = f"{answer.detail[:300 - len(NOT_YET_TRUSTED) - 3]} — {NOT_YET_TRUSTED}"
+        effect.save(update_fields=["last_reconcile", "reconciled_at", "updated_at"])
+        record_transition(effect, EffectState.UNKNOWN, "EFFECT_RECONCILE_UNANSWERED", actor=actor,
+                          note=effect.last_reconcile if answer.found is False else answer.detail)
     return effect
 
 

@@ -4,7 +4,8 @@ What nginx or Apache in front of a slow upstream do: the client is told
 "504 Gateway Time-out" after `answer_after` seconds, and the request still
 reaches the helpdesk, `deliver_after` seconds after that answer, where it is
 processed as any other (its answer thrown away). Reads (GET, HEAD, OPTIONS)
-and the writes not chosen pass straight through.
+and the writes not chosen pass straight through. `paths` narrows the choice
+to writes whose path ends with one of them (`("/notify",)`: only the replies).
 
     gateway = Gateway("http://127.0.0.1:8025", write_share=0.15, seed=7)
     url = gateway.start()          # the upstream's URL with the gateway's origin (same path)
@@ -48,7 +49,8 @@ class Gateway:
     """The gateway: a threaded HTTP server on 127.0.0.1 forwarding to `upstream`."""
 
     def __init__(self, upstream: str, *, write_share: float = 0.15, answer_after: float = 1.0,
-                 deliver_after: float = 4.0, seed: int | None = None, port: int = 0, upstream_timeout: float = 30.0):
+                 deliver_after: float = 4.0, seed: int | None = None, port: int = 0, upstream_timeout: float = 30.0,
+                 paths: tuple[str, ...] = ()):
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"gateway: the upstream {upstream!r} must be an http:// URL with a host")
@@ -57,6 +59,9 @@ class Gateway:
         self.upstream = parts
         self.write_share, self.answer_after, self.deliver_after = write_share, answer_after, deliver_after
         self.upstream_timeout = upstream_timeout
+        if isinstance(paths, str):
+            raise ValueError(f"gateway: paths {paths!r} must be a tuple of path endings, not one string")
+        self.paths = tuple(paths)
         self.rng = random.Random(seed)
         self.counts: Counter = Counter()
         self.events: list[dict] = []  # {"at", "event", "method", "path", ["status"]}
@@ -104,9 +109,11 @@ class Gateway:
             self.counts[event] += 1
             self.events.append({"at": time.time(), "event": event, "method": method, "path": path, **details})
 
-    def times_out(self, method: str) -> bool:
+    def times_out(self, method: str, path: str) -> bool:
+        if method not in WRITES or (self.paths and not urlsplit(path).path.endswith(self.paths)):
+            return False
         with self._lock:
-            return method in WRITES and self.rng.random() < self.write_share
+            return self.rng.random() < self.write_share
 
     def forward(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
         """The request sent upstream: (status, headers, body)."""
@@ -151,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
         gateway = self.owner
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         headers = list(self.headers.items())
-        if gateway.times_out(self.command):
+        if gateway.times_out(self.command, self.path):
             time.sleep(gateway.answer_after)
             gateway.note("504", self.command, self.path)
             gateway.deliver_late(self.command, self.path, headers, body)  # pending before the client hears

@@ -20,7 +20,7 @@ import time
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from rq.job import Job
@@ -70,18 +70,26 @@ def recover_expired_leases(now) -> int:
 
 
 def reconcile_unknowns(now) -> int:
+    """Unknown effects on channels with look-up whose settle time has passed
+    (`now`: the database's clock; `reconcile_not_before`): asked once each,
+    and again every RECONCILE_EVERY_SECONDS while the helpdesk cannot tell.
+    One not yet settled is not asked: its "not found" would prove nothing."""
     lookup_channels = lookup_channel_names()
     stale = now - timezone.timedelta(seconds=RECONCILE_EVERY_SECONDS)
-    # asked again every RECONCILE_EVERY_SECONDS while unanswered ("cannot tell"),
-    # but at once after a retry (a new intent): a new question
-    candidates = Effect.objects.filter(state=EffectState.UNKNOWN, channel__in=lookup_channels).exclude(
-        reconciled_at__gt=stale, reconciled_at__gte=F("intent_at")).values_list("pk", flat=True)[:200]
+    # asked lately: in the last RECONCILE_EVERY_SECONDS, about this attempt (a retry, a new intent, is a new
+    # question) and once it was settled (an operator's early "Reconcile now" does not hold the sweep back)
+    asked_lately = Q(reconciled_at__gt=stale, reconciled_at__gte=F("intent_at")) & (
+        Q(settle_after__isnull=True) | Q(reconciled_at__gte=F("settle_after")))
+    candidates = (Effect.objects.filter(state=EffectState.UNKNOWN, channel__in=lookup_channels)
+                  .exclude(settle_after__gt=now).exclude(asked_lately).order_by("id")[:200])
     resolved = 0
-    for effect_id in list(candidates):
+    for effect in list(candidates):
+        if reconcile_not_before(effect) > now:
+            continue  # an answered call's back-off (no settle time in the row)
         try:
-            effect = effect_reconcile(effect_id=effect_id)
+            effect = effect_reconcile(effect_id=effect.pk)
         except Exception:  # noqa: BLE001 - one bad channel must not stop the sweep
-            log.exception("reconcile of effect %s failed", effect_id)
+            log.exception("reconcile of effect %s failed", effect.pk)
             continue
         resolved += effect.state != EffectState.UNKNOWN
     return resolved

@@ -1,6 +1,7 @@
 """The sweep asks about an unknown effect again every RECONCILE_EVERY_SECONDS while the
 helpdesk cannot tell, but a retried effect that became unknown again is a new question:
-asked at once, not held back by the look-up of its previous attempt."""
+asked at once, not held back by the look-up of its previous attempt. An effect is asked about only once its
+settle time has passed (its "not found" proves nothing before), and then at once, even if an operator asked early."""
 
 import datetime as dt
 
@@ -39,3 +40,28 @@ def test_an_effect_asked_in_this_attempt_waits_before_being_asked_again(sandbox)
     assert reconcile_unknowns(timezone.now()) == 0
     effect.refresh_from_db()
     assert effect.state == EffectState.UNKNOWN
+
+
+def test_an_early_reconcile_now_does_not_hold_the_sweep_back_at_the_settle_time(sandbox):
+    """An operator's "Reconcile now" before the settle time left the effect unknown ("not found", not trusted
+    yet); once the settle time has passed the sweep asks at once, not RECONCILE_EVERY_SECONDS after the click."""
+    sandbox.set_faults(error_next={"notify": 1}, error_status=503)
+    effect = run_notify().effect
+    assert (effect.state, effect.answered) == (EffectState.UNKNOWN, False)
+    now = timezone.now()
+    Effect.objects.filter(pk=effect.pk).update(intent_at=now - dt.timedelta(seconds=3),
+                                               reconciled_at=now - dt.timedelta(seconds=2),
+                                               settle_after=now - dt.timedelta(seconds=1))
+    assert reconcile_unknowns(now) == 1
+    effect.refresh_from_db()
+    assert (effect.state, effect.verdict) == (EffectState.FAILED, "not_happened")
+
+
+def test_an_effect_not_yet_settled_is_not_asked(sandbox):
+    sandbox.set_faults(error_next={"notify": 1}, error_status=503)
+    effect = run_notify().effect
+    now = timezone.now()
+    Effect.objects.filter(pk=effect.pk).update(settle_after=now + dt.timedelta(seconds=30))
+    assert reconcile_unknowns(now) == 0
+    effect.refresh_from_db()
+    assert (effect.state, effect.reconciled_at) == (EffectState.UNKNOWN, None), "its 'not found' would prove nothing"

@@ -95,7 +95,7 @@ def machine_for(sandbox):
         @rule()
         def reconcile(self):
             for effect in Effect.objects.filter(owner_task=str(self.task.pk), state=EffectState.UNKNOWN):
-                effect_reconcile(effect_id=effect.pk, force=True)
+                effect_reconcile(effect_id=effect.pk)
 
         @rule(decision=st.sampled_from(["truth", "skip"]))
         def review(self, decision):

@@ -12,7 +12,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from ledger.clock import db_now
 from ledger.models import Effect, EffectState
+from ledger.services import reconcile_not_before
 
 from ..conftest import wait_for
 from ..factories import make_task
@@ -71,6 +73,9 @@ def test_a_reconcile_that_finds_nothing_is_written_as_did_not_happen(page, live_
     assert workers.burst() == 0, workers.logs()
     effect = _unknown(task)
     sandbox.reset()  # the helpdesk has no record of the key any more
+    # its "not found" counts only once nothing sent can still land (the drop: its in-flight bound + 2 s)
+    wait_for(lambda: db_now() >= reconcile_not_before(Effect.objects.get(pk=effect.pk)), timeout=30,
+             message="the effect's settle time")
     login(page, "alice", "alice-pass-123")
     page.goto("/review/")
     row = page.locator(f"#effect-{effect.pk}")

@@ -17,6 +17,7 @@ from ops.rt_server import CF_NAME, OTHER_QUEUE
 from ticketagent.channels.registry import get_channel
 from ticketagent.channels.rt import RTChannel, keys_in
 
+from ..ledger.helpers import settled
 from .lossy_proxy import LossyProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -179,7 +180,7 @@ def test_a_crash_after_the_call_is_found_by_key_and_committed(rt_server, rt_sett
     with pytest.raises(SimulatedCrash):
         run(action, ticket, task_name)
     [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died")
-    effect = effect_reconcile(effect_id=effect.pk, force=True)
+    effect = effect_reconcile(effect_id=effect.pk)
     assert effect.state == EffectState.COMMITTED and effect.resolved_by == "reconcile"
     assert "found by custom field" in effect.last_reconcile
     writes = [w for w in rt_writes(rt, ticket) if effect.idempotency_key in w.keys]
@@ -193,7 +194,7 @@ def test_a_crash_before_the_call_is_not_found_and_the_retry_writes_once(rt_serve
     with pytest.raises(SimulatedCrash):
         run("notify_customer", ticket, task_name)
     [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died")
-    effect = effect_reconcile(effect_id=effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(effect.pk))
     assert effect.state == EffectState.FAILED and effect.verdict == "not_happened"
     assert "none of its 0 replies and comments carries the key" in effect.last_reconcile
     result = run("notify_customer", ticket, task_name, lease="worker-b")
@@ -214,7 +215,7 @@ def test_a_reply_whose_custom_field_was_lost_is_found_by_its_content(rt_server, 
     [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died")
     [write] = rt_writes(rt, ticket)
     assert rt.get(f"/transaction/{write.txn}").body["CustomFields"][0]["values"] == []
-    effect = effect_reconcile(effect_id=effect.pk, force=True)
+    effect = effect_reconcile(effect_id=effect.pk)
     assert effect.state == EffectState.COMMITTED
     assert effect.last_reconcile == f"found by content on ticket {ticket}: transaction {write.txn}"
 
@@ -232,7 +233,7 @@ def test_an_answer_lost_after_the_write_reached_rt_is_unknown_then_found(rt_serv
     assert result.state == EffectState.UNKNOWN and proxy.forwarded == (2 if mode == "403" else 1)
     if mode == "403":  # a proxy's refusal page is not RT's: the write may have reached RT (it did)
         assert "answered 403 without RT's error body" in result.effect.last_error
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=result.effect.pk)
     assert effect.state == EffectState.COMMITTED
     assert len(rt_writes(rt, ticket)) == 1
 
@@ -248,7 +249,7 @@ def test_a_request_that_never_reached_rt_is_unknown_then_not_found_and_retried_o
     finally:
         proxy.close()
     assert result.state == EffectState.UNKNOWN and "after sending" in result.effect.last_error
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(result.effect.pk))
     assert effect.state == EffectState.FAILED
     assert run("notify_customer", ticket, task_name, lease="worker-b").state == EffectState.COMMITTED
     assert len(rt_writes(rt, ticket)) == 1

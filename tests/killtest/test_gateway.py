@@ -98,6 +98,18 @@ def test_the_share_is_drawn_per_write_from_the_seed(upstream):
     assert len(received) == 20  # every write reached the helpdesk, answered or not
 
 
+def test_paths_narrow_the_choice_to_the_writes_they_end(upstream):
+    url, received = upstream
+    with Gateway(url, write_share=1.0, answer_after=0.0, deliver_after=0.0, paths=("/notify",)) as gateway:
+        base = f"http://127.0.0.1:{gateway.port}/api"
+        assert _call(base + "/tickets/T1/draft", "PUT", b"{}")[0] == 200
+        assert _call(base + "/tickets/T1/notify?x=1", "POST", b"{}")[0] == 504
+    assert gateway.counts == {"passed": 1, "504": 1, "delivered late": 1}
+    assert [r["path"] for r in received] == ["/api/tickets/T1/draft", "/api/tickets/T1/notify?x=1"]
+    with pytest.raises(ValueError, match="must be a tuple of path endings"):
+        Gateway(url, paths="/notify")
+
+
 @pytest.mark.parametrize("upstream_url, share, message", [
     ("https://rt.example/", 0.1, "must be an http:// URL"),
     ("http://127.0.0.1:1/", 1.5, "between 0 and 1"),

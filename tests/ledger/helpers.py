@@ -1,7 +1,11 @@
+import datetime as dt
+
 from django.db import connection
 
 from ledger.channels.base import CallResult, Channel
+from ledger.clock import db_now
 from ledger.gate import effect_run
+from ledger.models import Effect
 
 NOTIFY = {"ticket": "T-1", "body": {"to": "ann@example.com", "subject": "Re: refund", "body": "Your refund is on its way."}}
 
@@ -10,6 +14,13 @@ def run_notify(payload=None, *, claim_token="worker-a", item="i1", action="notif
                channel=None):
     return effect_run(action=action, payload=payload or NOTIFY, owner_task="t1", owner_item=item,
                       owner_step=step, claim_token=claim_token, channel=channel)
+
+
+def settled(effect_id: int) -> int:
+    """The effect's settle time moved into the past, as if the test had waited it out: from now on a
+    look-up's "not found" about it is trusted (`ledger.services.reconcile_not_before`). Returns the id."""
+    Effect.objects.filter(pk=effect_id).update(settle_after=db_now() - dt.timedelta(milliseconds=1))
+    return effect_id
 
 
 class Answers(Channel):

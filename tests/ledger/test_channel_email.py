@@ -76,7 +76,7 @@ class TestTheEmailChannel:
         assert result.state == EffectState.UNKNOWN
         assert sandbox.counts()["by_endpoint"]["email"] == 1, "the message arrived before the drop"
 
-        effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+        effect = effect_reconcile(effect_id=result.effect.pk)
         assert effect.state == EffectState.UNKNOWN and effect.resolved_by == ""
         assert effect.last_reconcile == "the email channel has no look-up by key"
         assert effect.reconciled_at is not None

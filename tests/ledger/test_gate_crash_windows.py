@@ -8,7 +8,7 @@ from ledger.faults import SimulatedCrash, arm
 from ledger.models import BlockedDuplicate, Effect, EffectState
 from ledger.services import effect_reconcile, effects_mark_unknown
 
-from .helpers import run_notify
+from .helpers import run_notify, settled
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,7 +51,7 @@ def test_crash_after_intent_becomes_unknown_reconcile_finds_nothing_retry_delive
 
     [effect] = recover()
     assert effect.state == EffectState.UNKNOWN
-    effect = effect_reconcile(effect_id=effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(effect.pk))
     assert effect.state == EffectState.FAILED and effect.verdict == "not_happened"
     assert effect.resolved_by == "reconcile"
 
@@ -68,7 +68,7 @@ def test_crash_after_call_becomes_unknown_and_reconciles_to_committed(helpdesk):
         run_notify()
     assert deliveries(helpdesk) == 1, "the call went out before the crash"
     [effect] = recover()
-    effect = effect_reconcile(effect_id=effect.pk, force=True)
+    effect = effect_reconcile(effect_id=effect.pk)
     assert effect.state == EffectState.COMMITTED and effect.resolved_by == "reconcile"
 
     result = run_notify(claim_token="worker-b")

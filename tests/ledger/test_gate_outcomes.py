@@ -7,7 +7,7 @@ from ledger.models import BlockedDuplicate, Effect, EffectState, EffectTransitio
 from ledger.services import effect_reconcile, effect_review
 
 from ..conftest import wait_for
-from .helpers import NOTIFY, run_notify
+from .helpers import NOTIFY, run_notify, settled
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,7 +33,7 @@ def test_a_5xx_is_unknown_then_reconcile_says_absent(sandbox):
     sandbox.set_faults(error_next={"notify": 1}, error_status=503)
     result = run_notify()
     assert result.state == EffectState.UNKNOWN
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(result.effect.pk))  # once the 503 can no longer land
     assert effect.state == EffectState.FAILED and effect.verdict == "not_happened"
     assert run_notify().state == EffectState.COMMITTED
     assert sandbox.counts()["by_endpoint"]["notify"] == 1
@@ -47,7 +47,7 @@ def test_a_timeout_is_unknown(sandbox, settings):
     assert "timed out" in result.effect.last_error or "timeout" in result.effect.last_error.lower()
     # and rightly so: the helpdesk went on to accept the request after we gave up
     wait_for(lambda: sandbox.counts()["by_endpoint"]["notify"] == 1, timeout=5, message="the late delivery")
-    assert effect_reconcile(effect_id=result.effect.pk, force=True).state == EffectState.COMMITTED
+    assert effect_reconcile(effect_id=result.effect.pk).state == EffectState.COMMITTED
 
 
 def test_accept_then_drop_is_unknown_then_reconciled_to_committed(sandbox):
@@ -55,7 +55,7 @@ def test_accept_then_drop_is_unknown_then_reconciled_to_committed(sandbox):
     result = run_notify()
     assert result.state == EffectState.UNKNOWN
     assert sandbox.counts()["by_endpoint"]["notify"] == 1, "the write took effect before the drop"
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=result.effect.pk)
     assert effect.state == EffectState.COMMITTED and effect.resolved_by == "reconcile"
     assert run_notify().called is False
     assert sandbox.counts()["by_endpoint"]["notify"] == 1
@@ -162,4 +162,4 @@ def test_a_fenced_holder_cannot_commit(sandbox):
         RestHelpdeskChannel.perform = real_perform
     assert result.blocked == "not ours"
     assert Effect.objects.get().state == EffectState.UNKNOWN
-    assert effect_reconcile(effect_id=result.effect.pk, force=True).state == EffectState.COMMITTED
+    assert effect_reconcile(effect_id=result.effect.pk).state == EffectState.COMMITTED

@@ -19,7 +19,7 @@ from ledger.services import effect_reconcile, effects_mark_unknown
 from ledger.signals import effect_changed
 from ticketagent.channels.rest import RestHelpdeskChannel
 
-from .helpers import run_notify
+from .helpers import run_notify, settled
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,7 +92,7 @@ class TestAStaleLeaseTokenAfterARetry:
 
         # token A's holder is presumed dead: recovery, then reconcile
         [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="lease expired")
-        effect = effect_reconcile(effect_id=effect.pk, force=True)
+        effect = effect_reconcile(effect_id=settled(effect.pk))
         assert (effect.state, effect.verdict) == (EffectState.FAILED, Verdict.NOT_HAPPENED)
 
         b = run_notify(claim_token="token-b", channel=DeliverThenLetTheLateAnswerIn(late, thread))

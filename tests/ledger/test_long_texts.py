@@ -50,7 +50,7 @@ class TestLongTextsAreCutToTheirColumns:
         effect = unknown_effect()
         found = LookupResult(True, external_ref="r" * 250, detail="d" * 350)
         monkeypatch.setattr(RestHelpdeskChannel, "lookup", lambda self, key, payload: found)
-        effect_reconcile(effect_id=effect.pk, force=True)
+        effect_reconcile(effect_id=effect.pk)
         effect.refresh_from_db()
         assert (effect.state, effect.external_ref, effect.last_reconcile) == (
             EffectState.COMMITTED, "r" * 200, "d" * 300)

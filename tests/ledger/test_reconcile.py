@@ -1,9 +1,11 @@
-"""Reconcile asks the channel about an unknown effect only once it is settled:
-no earlier holder can still be calling and nothing it sent can still land --
-its lease deadline (the database's clock) + the channel's longest call + its
-in-flight bound (a gateway's upstream timeout) + a margin. Only an unknown
-effect: a found key is committed, an absent one "did not happen", and a
-verdict that landed while the look-up was out stands."""
+"""A look-up's "not found" about an unknown effect is trusted only once the
+effect is settled: no earlier holder can still be calling and nothing it sent
+can still land -- its lease deadline (the database's clock) + the channel's
+longest call + its in-flight bound (a gateway's upstream timeout) + a margin.
+Asked earlier, it leaves the effect unknown, with the answer as evidence; a
+found key is committed whenever it is asked. Only an unknown effect: a found
+key is committed, an absent one "did not happen", and a verdict that landed
+while the look-up was out stands."""
 
 import datetime as dt
 
@@ -70,10 +72,23 @@ class TestReconcileWaitsUntilTheEffectIsSettled:
                                         claim_ended_at=deadline)
         assert effect.settle_after == deadline + dt.timedelta(seconds=10 + 0 + 2)
 
-    def test_too_early_nothing_is_asked(self, sandbox, lookups):
-        effect = settled_in(unknown_effect(), 0.5)
+    def test_too_early_a_found_write_is_committed_at_once(self, sandbox, lookups):
+        effect = settled_in(unknown_effect(), 30)
         effect = effect_reconcile(effect_id=effect.pk)
-        assert (effect.state, effect.reconciled_at, lookups) == (EffectState.UNKNOWN, None, [])
+        assert lookups == [effect.idempotency_key], "a write that is found has landed, whenever it is asked"
+        assert (effect.state, effect.resolved_by, effect.verdict) == (
+            EffectState.COMMITTED, ResolvedBy.RECONCILE, Verdict.HAPPENED)
+
+    def test_too_early_not_found_leaves_it_unknown_with_the_answer_as_evidence(self, sandbox, lookups):
+        effect = settled_in(unknown_effect("after_intent"), 30)
+        effect = effect_reconcile(effect_id=effect.pk, actor="alice")
+        assert lookups == [effect.idempotency_key]
+        assert (effect.state, effect.resolved_by, effect.verdict) == (EffectState.UNKNOWN, "", "")
+        assert effect.reconciled_at is not None
+        assert effect.last_reconcile == f"the helpdesk has no record of this key — {services.NOT_YET_TRUSTED}"
+        last = effect.transitions.last()
+        assert (last.event, last.from_state, last.to_state, last.actor) == (
+            "EFFECT_RECONCILE_UNANSWERED", "unknown", "unknown", "alice")
 
     def test_once_settled_it_asks(self, sandbox, lookups):
         effect = settled_in(unknown_effect(), -0.01)
@@ -85,14 +100,14 @@ class TestReconcileWaitsUntilTheEffectIsSettled:
         assert effect.external_ref == delivery["id"] and effect.reconciled_at is not None
         assert effect.last_reconcile.startswith("found by key")
 
-    def test_it_asks_from_that_instant_on_by_the_databases_clock(self, sandbox, lookups, monkeypatch):
-        effect = unknown_effect()
+    def test_not_found_counts_from_that_instant_on_by_the_databases_clock(self, sandbox, lookups, monkeypatch):
+        effect = unknown_effect("after_intent")
         ready = reconcile_not_before(effect)
         monkeypatch.setattr(services, "db_now", lambda: ready - dt.timedelta(microseconds=1))
-        assert effect_reconcile(effect_id=effect.pk).reconciled_at is None and lookups == []
+        assert effect_reconcile(effect_id=effect.pk).state == EffectState.UNKNOWN
         monkeypatch.setattr(services, "db_now", lambda: ready)
-        assert effect_reconcile(effect_id=effect.pk).reconciled_at is not None
-        assert lookups == [effect.idempotency_key]
+        assert effect_reconcile(effect_id=effect.pk).state == EffectState.FAILED
+        assert lookups == [effect.idempotency_key] * 2
 
     def test_a_row_without_a_settle_time_waits_from_its_intent(self, sandbox):
         effect = unknown_effect()
@@ -102,7 +117,7 @@ class TestReconcileWaitsUntilTheEffectIsSettled:
         assert reconcile_not_before(effect) == effect.intent_at + dt.timedelta(seconds=bound)
 
     def test_an_absent_key_did_not_happen(self, sandbox):
-        effect = effect_reconcile(effect_id=unknown_effect("after_intent").pk, force=True)
+        effect = effect_reconcile(effect_id=settled_in(unknown_effect("after_intent"), -0.01).pk)
         assert (effect.state, effect.resolved_by, effect.verdict) == (
             EffectState.FAILED, ResolvedBy.RECONCILE, Verdict.NOT_HAPPENED)
         assert effect.last_reconcile == "the helpdesk has no record of this key"
@@ -113,7 +128,7 @@ class TestReconcileWaitsUntilTheEffectIsSettled:
 class TestReconcileTouchesOnlyUnknownEffects:
     def test_a_committed_effect_is_left_alone(self, sandbox, lookups):
         effect = run_notify().effect
-        again = effect_reconcile(effect_id=effect.pk, force=True)
+        again = effect_reconcile(effect_id=effect.pk)
         assert (again.state, again.reconciled_at, lookups) == (EffectState.COMMITTED, None, [])
         assert again.transitions.count() == 2
 
@@ -126,7 +141,7 @@ class TestReconcileTouchesOnlyUnknownEffects:
             return real(self, key, payload)
 
         monkeypatch.setattr(RestHelpdeskChannel, "lookup", lookup_while_a_person_decides)
-        effect = effect_reconcile(effect_id=effect.pk, force=True)
+        effect = effect_reconcile(effect_id=effect.pk)
         assert (effect.state, effect.resolved_by, effect.verdict) == (
             EffectState.SKIPPED, ResolvedBy.REVIEW, Verdict.SKIP)
         assert effect.reconciled_at is None

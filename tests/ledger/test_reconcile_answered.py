@@ -1,10 +1,11 @@
-"""When a look-up may be trusted depends on why the effect is unknown. An
-answer that proves the system handled the request (a 2xx status line, then
-the connection cut) is looked up at once; a 5xx proves nothing -- a gateway
-may still hand the request upstream -- and, like a call that timed out or was
-dropped before any answer, it waits out the channel's in-flight bound from
-its outcome (the database's clock). The helpdesk is the real sandbox (or, for
-a cut answer, a real socket server)."""
+"""When a look-up's "not found" may be trusted depends on why the effect is
+unknown. An answer that proves the system handled the request (a 2xx status
+line, then the connection cut) is trusted at once; a 5xx proves nothing -- a
+gateway may still hand the request upstream -- and, like a call that timed out
+or was dropped before any answer, it waits out the channel's in-flight bound
+from its outcome (the database's clock). A found write is committed whenever it
+is asked. The helpdesk is the real sandbox (or, for a cut answer, a real socket
+server)."""
 
 import datetime as dt
 import socket
@@ -18,7 +19,7 @@ from ledger.clock import SETTLE_MARGIN_SECONDS, db_now
 from ledger.models import Effect, EffectState, Verdict
 from ledger.services import effect_reconcile, reconcile_not_before
 
-from .helpers import run_notify
+from .helpers import run_notify, settled
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,17 +42,19 @@ class TestA5xxProvesNothing:
         ready = reconcile_not_before(effect)
         assert ready == effect.settle_after >= before + dt.timedelta(seconds=30 + SETTLE_MARGIN_SECONDS)
         at(monkeypatch, ready - dt.timedelta(microseconds=1))
-        assert effect_reconcile(effect_id=effect.pk).state == EffectState.UNKNOWN and lookups == []
+        early = effect_reconcile(effect_id=effect.pk)  # "Reconcile now" clicked at once
+        assert (early.state, lookups) == (EffectState.UNKNOWN, [effect.idempotency_key])
+        assert "not trusted" in early.last_reconcile
         at(monkeypatch, ready)
         effect = effect_reconcile(effect_id=effect.pk)
-        assert lookups == [effect.idempotency_key]
+        assert lookups == [effect.idempotency_key] * 2
         # this 5xx recorded nothing: "not found" (now trusted) is the truth, the item may retry with the same key
         assert (effect.state, effect.verdict) == (EffectState.FAILED, Verdict.NOT_HAPPENED)
 
     def test_a_retry_clears_the_settle_time(self, sandbox):
         sandbox.set_faults(error_next={"notify": 1}, error_status=503)
         effect = run_notify().effect
-        effect_reconcile(effect_id=effect.pk, force=True)
+        effect_reconcile(effect_id=settled(effect.pk))
         effect = run_notify().effect
         effect.refresh_from_db()
         assert (effect.state, effect.attempts, effect.settle_after) == (EffectState.COMMITTED, 2, None)
@@ -69,7 +72,7 @@ class TestAnAnsweredUnknownIsLookedUpAtOnce:
 
 
 class TestAnUnansweredUnknownWaitsForTheCallToEnd:
-    def test_a_drop_before_any_answer_waits_the_in_flight_bound(self, sandbox, lookups, monkeypatch):
+    def test_a_drop_before_any_answer_settles_after_the_in_flight_bound_but_found_commits_before(self, sandbox, lookups, monkeypatch):
         sandbox.set_faults(drop_next={"notify": 1})
         effect = run_notify().effect
         effect.refresh_from_db()
@@ -77,10 +80,9 @@ class TestAnUnansweredUnknownWaitsForTheCallToEnd:
         ready = reconcile_not_before(effect)
         assert ready == effect.settle_after
         at(monkeypatch, ready - dt.timedelta(microseconds=1))
-        assert effect_reconcile(effect_id=effect.pk).state == EffectState.UNKNOWN and lookups == []
-        at(monkeypatch, ready)
         effect = effect_reconcile(effect_id=effect.pk)
-        # the drop came after the write took effect: found, committed, nothing sent again
+        # the drop came after the write took effect: found -- which is safe to believe at any time --,
+        # committed, nothing sent again
         assert (effect.state, effect.verdict) == (EffectState.COMMITTED, Verdict.HAPPENED)
         assert len(sandbox.deliveries(key=effect.idempotency_key)) == 1
 

@@ -18,6 +18,7 @@ from ticketagent.channels.registry import get_channel
 from ticketagent.channels.zendesk import DRAFT_MARK, KEY_FIELD, ZendeskChannel
 
 from ..conftest import wait_for
+from .helpers import settled
 
 pytestmark = pytest.mark.django_db
 
@@ -133,7 +134,7 @@ def test_applied_but_answer_lost_is_unknown_then_reconciled_to_committed_with_on
     result = run("notify_customer", ticket, REPLY)
     assert result.state == EffectState.UNKNOWN
     assert len(zd.state.agent_replies(ticket)) == 1, "the write took effect before the connection dropped"
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=result.effect.pk)
     assert effect.state == EffectState.COMMITTED and effect.resolved_by == "reconcile"
     assert effect.external_ref.startswith(f"ticket {ticket} audit ")
     again = run("notify_customer", ticket, REPLY, claim_token="worker-b")
@@ -145,7 +146,7 @@ def test_a_5xx_after_applying_is_unknown_and_reconcile_finds_it(zd, ticket):
     zd.fail_next("update", "error_after", status=503)
     result = run("notify_customer", ticket, REPLY)
     assert result.state == EffectState.UNKNOWN and "503" in result.effect.last_error
-    assert effect_reconcile(effect_id=result.effect.pk, force=True).state == EffectState.COMMITTED
+    assert effect_reconcile(effect_id=result.effect.pk).state == EffectState.COMMITTED
     assert len(zd.state.agent_replies(ticket)) == 1
 
 
@@ -165,7 +166,7 @@ def test_dropped_before_applying_is_unknown_then_not_found_then_the_retry_delive
     zd.fail_next("update", "drop_before")
     result = run("notify_customer", ticket, REPLY)
     assert result.state == EffectState.UNKNOWN
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(result.effect.pk))
     assert effect.state == EffectState.FAILED and effect.verdict == "not_happened"
     assert "not found" in effect.last_reconcile
     retry = run("notify_customer", ticket, REPLY)
@@ -180,7 +181,7 @@ def test_a_timeout_is_unknown_and_the_late_write_is_found(zd, ticket, settings):
     assert result.state == EffectState.UNKNOWN
     assert "timed out" in result.effect.last_error.lower() or "timeout" in result.effect.last_error.lower()
     wait_for(lambda: len(zd.state.agent_replies(ticket)) == 1, timeout=5, message="the late write")
-    assert effect_reconcile(effect_id=result.effect.pk, force=True).state == EffectState.COMMITTED
+    assert effect_reconcile(effect_id=result.effect.pk).state == EffectState.COMMITTED
 
 
 def test_a_worker_killed_between_the_call_and_the_outcome_is_reconciled_by_key(zd, ticket):
@@ -190,7 +191,7 @@ def test_a_worker_killed_between_the_call_and_the_outcome_is_reconciled_by_key(z
     assert Effect.objects.get().state == EffectState.INTENT
     [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died")
     assert effect.state == EffectState.UNKNOWN
-    effect = effect_reconcile(effect_id=effect.pk, force=True)
+    effect = effect_reconcile(effect_id=effect.pk)
     assert effect.state == EffectState.COMMITTED and effect.verdict == "happened"
     assert run("notify_customer", ticket, REPLY, claim_token="worker-b").called is False
     assert len(zd.state.agent_replies(ticket)) == 1
@@ -201,7 +202,7 @@ def test_a_worker_killed_before_the_call_is_found_absent_and_retried_once(zd, ti
     with pytest.raises(SimulatedCrash):
         run("notify_customer", ticket, REPLY)
     [effect] = effects_mark_unknown(owner_item="i1", actor="recovery", note="holder died")
-    effect = effect_reconcile(effect_id=effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(effect.pk))
     assert effect.state == EffectState.FAILED and effect.verdict == "not_happened"
     assert run("notify_customer", ticket, REPLY, claim_token="worker-b").state == EffectState.COMMITTED
     assert len(zd.state.agent_replies(ticket)) == 1
@@ -215,7 +216,7 @@ def test_lookup_reads_every_page_of_the_audits(zd, ticket):
     zd.state.add_audits(ticket, 7)  # 1 creation audit + 7 + ours = 9 audits, 5 pages of 2
     zd.fail_next("update", "drop_after")
     result = run("notify_customer", ticket, REPLY)
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=result.effect.pk)
     assert effect.state == EffectState.COMMITTED
     pages = zd.logged("audits")
     assert len(pages) == 5
@@ -237,7 +238,7 @@ def test_a_failed_page_means_cannot_tell(zd, ticket):
     zd.fail_next("update", "drop_before")
     result = run("notify_customer", ticket, REPLY)
     zd.fail_next("audits", "error_before", skip=1, status=502)
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=result.effect.pk)
     assert effect.state == EffectState.UNKNOWN, "a partial read proves nothing"
     assert "cannot tell" in effect.last_reconcile and "502" in effect.last_reconcile
     assert zd.state.agent_replies(ticket) == []
@@ -247,7 +248,7 @@ def test_lookup_of_a_deleted_ticket_cannot_tell(zd, ticket):
     zd.fail_next("update", "drop_after")
     result = run("notify_customer", ticket, REPLY)
     del zd.state.tickets[ticket]
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=result.effect.pk)
     assert effect.state == EffectState.UNKNOWN and "404" in effect.last_reconcile
 
 
@@ -341,7 +342,7 @@ def test_a_5xx_before_applying_is_unknown_then_not_found(zd, ticket):
     zd.fail_next("update", "error_before", status=500)
     result = run("notify_customer", ticket, REPLY)
     assert result.state == EffectState.UNKNOWN
-    assert effect_reconcile(effect_id=result.effect.pk, force=True).state == EffectState.FAILED
+    assert effect_reconcile(effect_id=settled(result.effect.pk)).state == EffectState.FAILED
     assert run("notify_customer", ticket, REPLY).state == EffectState.COMMITTED
     assert len(zd.state.agent_replies(ticket)) == 1
 

@@ -75,7 +75,8 @@ def effect_reconcile_view(request, pk):
     if effect.channel not in lookup_channel_names():
         error = f"the {effect.channel} channel has no look-up by key: decide by hand, with a reason"
     else:
-        effect = effect_reconcile(effect_id=effect.pk, actor=actor(request), force=True)
+        # at any time: a found write commits at once; "not found" counts only from the settle time
+        effect = effect_reconcile(effect_id=effect.pk, actor=actor(request))
     return _effect_answer(request, effect, error)
 
 

@@ -5,7 +5,9 @@ from dataclasses import dataclass
 from django.core.paginator import Paginator
 from django.db.models import Count, Max
 
+from ledger.clock import db_now
 from ledger.models import Effect, EffectState, EffectTransition
+from ledger.services import reconcile_not_before
 from ticketagent.channels.registry import get_channel
 from ticketagent.eventlog.merged import transition_payload
 from ticketagent.models import AUDIT_EVENTS, Event, EventType, Item, ItemStatus, Task, TaskStatus
@@ -49,8 +51,10 @@ def _call_evidence(effect: Effect, channel) -> None:
         effect.evidence = (f"The request was sent and {system} answered, but not with a yes: the answer "
                            f"cannot be read as done or not done.")
     else:
-        effect.evidence = (f"The request was sent and no answer came back from {system} (the connection dropped "
-                           f"or timed out after sending): it may have been delivered.")
+        effect.evidence = (f"The request was sent and no answer came back from {system} that proves it was handled "
+                           f"(the connection dropped or timed out after sending, or a 5xx, which a gateway in front "
+                           f"of it gives while the write may still go on): it may have been delivered, or may still "
+                           f"be.")
     if channel.abilities.honours_key:
         effect.resend_warning = (f"“did not happen” sends it again with the same key; {system} refuses a "
                                  f"repeat of that key, so it cannot land twice.")
@@ -59,10 +63,24 @@ def _call_evidence(effect: Effect, channel) -> None:
                                  f"did happen the customer gets it twice.")
 
 
+def _check_from(effect: Effect, now) -> None:
+    """When a look-up's "not found" can be trusted (`effect.check_from`), whether that is still to come
+    (`effect.settling`) and why (`effect.settle_reason`): the rule reconcile applies (`reconcile_not_before`)."""
+    effect.check_from = reconcile_not_before(effect) if effect.state == EffectState.UNKNOWN else None
+    effect.settling = effect.check_from is not None and now < effect.check_from
+    if effect.outcome_at is None:
+        effect.settle_reason = "what its stopped worker sent may still land until then"
+    elif effect.answered:
+        effect.settle_reason = "a helpdesk that keeps answering without a yes is asked again after a pause"
+    else:
+        effect.settle_reason = "a request that got a 5xx or no answer may still land until then"
+
+
 def with_evidence(effects) -> list[Effect]:
-    """Effects with their owners (tickets), the call's evidence and the look-up's ability."""
+    """Effects with their owners (tickets), the call's evidence, the look-up's ability and when it can answer."""
     effects = effects_with_owners(effects)
     channels = {}
+    now = db_now() if effects else None
     for effect in effects:
         if effect.channel not in channels:
             channels[effect.channel] = get_channel(effect.channel)
@@ -70,6 +88,7 @@ def with_evidence(effects) -> list[Effect]:
         effect.channel_label = channel.label
         effect.has_lookup = channel.supports_lookup
         _call_evidence(effect, channel)
+        _check_from(effect, now)
     return effects
 
 
