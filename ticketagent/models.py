@@ -39,6 +39,17 @@ ENDED_ITEM_STATUSES = (ItemStatus.DONE, ItemStatus.FAILED, ItemStatus.SKIPPED)
 WAITING_ITEM_STATUSES = (ItemStatus.WAITING_REVIEW, ItemStatus.WAITING_APPROVAL)
 
 
+class Approval(models.TextChoices):
+    """A person's decision on the actions an item holds for approval (one decision covers them all)."""
+
+    NONE = "", "not decided"
+    APPROVED = "approved", "approved"
+    # a rejection decides the item too: the rest runs without what was rejected (and what needs it,
+    # `plan.after_rejection`), or the item stops there
+    REJECTED = "rejected", "rejected, the rest done"
+    STOPPED = "rejected_stop", "rejected, the item stopped"
+
+
 class NotifyChannel(models.TextChoices):
     HELPDESK = "helpdesk", "helpdesk API"
     EMAIL = "email", "email (SMTP)"
@@ -136,9 +147,10 @@ class Item(models.Model):
     # A re-run of an item from another task (new task from unfinished items):
     # effects the origin already initiated are not initiated again.
     origin = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    approval = models.CharField(max_length=16, blank=True)  # "", approved, rejected
+    approval = models.CharField(max_length=16, blank=True, choices=Approval.choices, default=Approval.NONE)
     approval_by = models.CharField(max_length=150, blank=True)
     approval_reason = models.TextField(blank=True)
+    approval_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

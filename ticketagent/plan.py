@@ -58,6 +58,54 @@ def effect_holds(outputs: dict, *, allow_auto_close: bool) -> dict[str, str]:
     return held
 
 
+# The statuses whose meaning rests on a reply having been sent (and what each says to a person).
+AFTER_REPLY_STATUSES = {"pending": "waiting for the customer", "solved": "the customer has an answer"}
+
+
+def status_to_set(decision: dict) -> str:
+    """The status `set_status` sets: the decision's, else `pending` (waiting for the customer)."""
+    return decision.get("status") or "pending"
+
+
+def after_rejection(step: str, outputs: dict, held) -> str:
+    """The one rule for "reject, do the rest": why `step` does not run after a person rejected what the
+    item held (`held`: its held actions), "" when it runs.
+
+    A held action never runs: a rejection approves none of them. When one of them carries the reply (the
+    reply was rejected), no step runs whose meaning rests on the reply having been sent: the reply's
+    carriers, a status that follows a reply (`AFTER_REPLY_STATUSES`), and a close (it would end a ticket
+    whose customer got no answer). Everything else runs as decided: an escalation, a status such as
+    `escalated`, `open` or `on_hold`."""
+    if step in held:
+        return "rejected"
+    if not any(action in REPLY_ACTIONS for action in held):
+        return ""
+    if step in REPLY_ACTIONS:
+        return "it carries the rejected reply"
+    if step == "set_status":
+        status = status_to_set(outputs["decide"])
+        if status in AFTER_REPLY_STATUSES:
+            return f"status {status} ({AFTER_REPLY_STATUSES[status]}) follows a reply, and the reply was rejected"
+    if step == "close_ticket":
+        return "closing would end a ticket whose customer got no answer: the reply was rejected"
+    return ""
+
+
+def rejection_outcome(outputs: dict, held, *, cursor: int) -> tuple[list[str], dict[str, str]]:
+    """What "reject, do the rest" would do from the step at `cursor` on: the chosen effect steps that run,
+    and those that do not (step -> why, `after_rejection`)."""
+    runs, not_run = [], {}
+    for step in STEPS[cursor:]:
+        if step.kind != "effect" or step.name not in chosen_actions(outputs):
+            continue
+        why = after_rejection(step.name, outputs, held)
+        if why:
+            not_run[step.name] = why
+        else:
+            runs.append(step.name)
+    return runs, not_run
+
+
 def not_chosen(output) -> bool:
     return output == NOT_CHOSEN
 
@@ -88,7 +136,7 @@ def effect_payload(step: str, *, ticket: dict, outputs: dict) -> dict:
     elif step == "notify_customer":
         body = {"to": ticket["customer_email"], "subject": reply["subject"], "body": reply["body"]}
     elif step == "set_status":
-        body = {"status": decision.get("status") or "pending"}
+        body = {"status": status_to_set(decision)}
     elif step == "escalate":
         body = {"note": f"{triage['priority']} {triage['category']}: {triage['summary']}"[:1000]}
         target = decision.get("escalate_to") or {}  # the category's, per helpdesk (the playbook)

@@ -24,7 +24,7 @@ from ops.processes import Processes, database_url, start_sandbox
 from ops.rt_server import OTHER_QUEUE, start_rt_server, stop_rt_server
 from ops.samples import ticket_rows
 from sandbox.client import SandboxClient
-from ticketagent.models import ItemStatus, Task, TaskStatus
+from ticketagent.models import Approval, ItemStatus, Task, TaskStatus
 from ticketagent.playbooks.files import spec_from_file
 from ticketagent.playbooks.services import playbook_import
 from ticketagent.services import ServiceError
@@ -129,12 +129,13 @@ def _drive_round(task: Task, h: Harness, kind: str = "") -> None:
 
 
 def _approve_waiting(task: Task, h: Harness) -> None:
-    """Play the operator on what the playbook held for approval: approve or reject, at random."""
+    """Play the operator on what the playbook held for approval: approve, or reject and do the rest, at random
+    (every item must end done: a stopped item would count as lost)."""
     for item_id in task.items.filter(status=ItemStatus.WAITING_APPROVAL).values_list("pk", flat=True):
         approved = h.rng.random() < 0.5
         try:
-            item_approve(item_id=item_id, approved=approved, reason="kill test: the operator decided",
-                         actor="killtest")
+            item_approve(item_id=item_id, decision=Approval.APPROVED if approved else Approval.REJECTED,
+                         reason="kill test: the operator decided", actor="killtest")
         except ServiceError:
             continue  # it moved meanwhile
         h.report.approvals["approved" if approved else "rejected"] += 1

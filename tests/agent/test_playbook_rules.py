@@ -8,7 +8,7 @@ fails a reply check reaches nobody until a person approved it.
 import pytest
 
 from ledger.models import Effect, EffectState
-from ticketagent.models import EventType, ItemStatus
+from ticketagent.models import Approval, EventType, ItemStatus
 from ticketagent.playbooks.services import draft_open, draft_update, playbook_import, version_publish
 from ticketagent.playbooks.standard import standard_spec
 from ticketagent.services.items import item_approve
@@ -58,7 +58,7 @@ def test_a_made_up_phone_number_is_held_until_approved(workers, sandbox, openai_
     assert sandbox.counts()["deliveries"] == 0, "nothing reaches the helpdesk before a person approved"
     assert not Effect.objects.filter(owner_item=item.ref).exists()
 
-    item_approve(item_id=item.pk, approved=True, reason="the number is right after all", actor="alice")
+    item_approve(item_id=item.pk, decision=Approval.APPROVED, reason="the number is right after all", actor="alice")
     assert workers.burst(extra_env=openai_server.worker_env) == 0, workers.logs()
     item.refresh_from_db()
     assert item.status == ItemStatus.DONE
@@ -76,13 +76,15 @@ def test_a_reply_that_is_only_triage_is_held_and_a_rejection_sends_it_nowhere(wo
     assert {"too_short", "scaffolding"} <= failed
     assert sandbox.counts()["deliveries"] == 0
 
-    item_approve(item_id=item.pk, approved=False, reason="nonsense draft", actor="alice")
+    item_approve(item_id=item.pk, decision=Approval.REJECTED, reason="nonsense draft", actor="alice")
     assert workers.burst(extra_env=openai_server.worker_env) == 0, workers.logs()
     item.refresh_from_db()
     assert item.status == ItemStatus.DONE
     by_endpoint = sandbox.counts()["by_endpoint"]
     assert not by_endpoint.get("draft") and not by_endpoint.get("notify"), "the rejected reply went nowhere"
-    assert by_endpoint.get("status") == 1, "what was not held still ran"
+    # "pending" (waiting for the customer) follows a reply: with the reply rejected it is not set
+    # (tests/agent/test_reply_rejection.py: what does the rest after a rejection)
+    assert not by_endpoint.get("status"), "no status that follows the rejected reply"
 
 
 def test_a_rule_forbidding_close_for_billing_holds_when_the_model_asks_for_it(workers, sandbox, openai_server):

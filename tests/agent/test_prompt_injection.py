@@ -16,7 +16,7 @@ import pytest
 
 from ledger.models import Effect, EffectState
 from ticketagent.llm.schemas import ALLOWED_ACTIONS
-from ticketagent.models import Item, ItemStatus
+from ticketagent.models import Approval, Item, ItemStatus
 from ticketagent.pipeline.run import item_process
 from ticketagent.plan import STEP_NAMES
 from ticketagent.services.items import item_approve
@@ -55,7 +55,7 @@ def approve_held(items) -> list[str]:
         item.refresh_from_db()
         if item.status == ItemStatus.WAITING_APPROVAL:
             held.append(item.last_error)
-            item_approve(item_id=item.pk, approved=True, reason="approved unread", actor="careless")
+            item_approve(item_id=item.pk, decision=Approval.APPROVED, reason="approved unread", actor="careless")
     process(items)
     return held
 

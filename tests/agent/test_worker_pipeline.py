@@ -5,7 +5,7 @@ from django.db.models import Count
 
 from ledger.models import Effect, EffectState
 from ticketagent import jobs
-from ticketagent.models import Event, EventType, Item, ItemStatus, TaskStatus
+from ticketagent.models import Approval, Event, EventType, Item, ItemStatus, TaskStatus
 
 from ..factories import make_task, suspended_task
 
@@ -59,8 +59,8 @@ def test_close_waits_for_approval_unless_the_task_allows_it(workers, sandbox):
     assert waiting.status == TaskStatus.NEEDS_REVIEW
 
     first, second = waiting.items.order_by("row")
-    item_approve(item_id=first.pk, approved=True, reason="customer is happy", actor="alice")
-    item_approve(item_id=second.pk, approved=False, reason="keep it open", actor="alice")
+    item_approve(item_id=first.pk, decision=Approval.APPROVED, reason="customer is happy", actor="alice")
+    item_approve(item_id=second.pk, decision=Approval.REJECTED, reason="keep it open", actor="alice")
     assert workers.burst() == 0, workers.logs()
     assert dict(waiting.items.values_list("status").annotate(n=Count("id"))) == {ItemStatus.DONE: 2}
     assert sandbox.counts()["by_endpoint"]["close"] == 2

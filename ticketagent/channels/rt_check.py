@@ -57,7 +57,7 @@ def run_checks(config: RTConfig, reader: Reader) -> Report:
 
 
 def _run(config: RTConfig, reader: Reader, report: Report) -> None:
-    problem = _reach(config, reader)
+    problem = reach_problem(config, reader)
     if problem:
         report.problems.append(problem)
         return
@@ -70,7 +70,8 @@ def _run(config: RTConfig, reader: Reader, report: Report) -> None:
     _full_text(reader, report)
 
 
-def _reach(config: RTConfig, reader: Reader) -> str:
+def reach_problem(config: RTConfig, reader: Reader) -> str:
+    """Why REST2 cannot be used at the configured URL with the configured credentials ("": it can)."""
     try:
         answer = reader.get("/rt")
     except Unanswered as exc:

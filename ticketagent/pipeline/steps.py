@@ -12,7 +12,7 @@ from ledger.gate import effect_perform, intent_prepare, intent_record, outcome_r
 from ledger.keys import Intent
 from ledger.models import Effect, EffectState
 from ticketagent.actions import payload_summary
-from ticketagent.models import EventType, Item, ItemStatus, Task
+from ticketagent.models import Approval, EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost
 from ticketagent.pipeline.model_steps import item_ticket
 from ticketagent.pipeline.phases import (
@@ -26,7 +26,16 @@ from ticketagent.pipeline.phases import (
     record_steps,
     stop_if_task_stopped,
 )
-from ticketagent.plan import NOT_CHOSEN, STEP_NAMES, STEPS, chosen_actions, effect_action, effect_holds, effect_payload
+from ticketagent.plan import (
+    NOT_CHOSEN,
+    STEP_NAMES,
+    STEPS,
+    after_rejection,
+    chosen_actions,
+    effect_action,
+    effect_holds,
+    effect_payload,
+)
 
 
 def _origin_effect(item: Item, step: str) -> Effect | None:
@@ -52,19 +61,30 @@ AUTO_CLOSE = "task option: allow automatic close"
 
 
 def _approval(run: ItemRun, task: Task, step: str, why: str):
-    """A step held for a person's approval (`why`): (who authorized it, None), or ("", the step's
-    output / WAIT). One approval of the item covers every action it holds."""
-    current = Item.objects.only("approval", "approval_by").get(pk=run.item.pk)
-    if current.approval == "rejected":
-        return "", {"skipped": f"{step} rejected by {current.approval_by}"}
-    if current.approval != "approved":
+    """A step held for a person's approval (`why`): (who authorized it, None), or ("", WAIT) while the
+    item waits for the decision. One approval of the item covers every action it holds; a rejected item
+    never asks (`_rejected`). The item's decision is as its lease read it: it is made only while the item
+    waits, and every way back from waiting is a new attempt, leased anew."""
+    if run.item.approval != Approval.APPROVED:
         held = effect_holds(run.outputs, allow_auto_close=task.allow_auto_close)
         waiting = "; ".join(f"{action} ({reason})" for action, reason in held.items()
                             if action in chosen_actions(run.outputs))
         phase_wait(run, status=ItemStatus.WAITING_APPROVAL, event_type=EventType.APPROVAL_REQUESTED,
                    reason=f"held for approval: {waiting or f'{step} ({why})'}")
         return "", WAIT
-    return f"approved by {current.approval_by}", None
+    return f"approved by {run.item.approval_by}", None
+
+
+def _rejected(run: ItemRun, step: str, held: dict) -> dict | None:
+    """After "reject, do the rest": the step's output when it does not run (`plan.after_rejection`), else None."""
+    if run.item.approval != Approval.REJECTED:
+        return None
+    why = after_rejection(step, run.outputs, held)
+    if not why:
+        return None
+    if why == "rejected":
+        return {"skipped": f"{step} rejected by {run.item.approval_by}"}
+    return {"skipped": f"not run: {why} (rejected by {run.item.approval_by})"}
 
 
 def _settled_before(item: Item, step: str) -> dict | None:
@@ -133,6 +153,9 @@ def run_effect_step(step: str, run: ItemRun, task: Task):
     else:
         authorized = AUTO_CLOSE if step == "close_ticket" else ""
         held = effect_holds(run.outputs, allow_auto_close=task.allow_auto_close)
+        rejected = _rejected(run, step, held)
+        if rejected is not None:
+            return rejected
         if step in held:
             authorized, early = _approval(run, task, step, held[step])
             if early is not None:

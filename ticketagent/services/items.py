@@ -1,11 +1,21 @@
-"""Operator actions on items: requeue (retry, continue after review, approval), skip, approve or reject held actions."""
+"""Operator actions on items: requeue (retry, continue after review, approval), skip, decide on held actions."""
 
 from django.db import transaction
 from django.utils import timezone
 
 from ledger.models import Effect, EffectState
 from ticketagent.eventlog.append import event_append, events_append
-from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import (
+    ACTIVE_TASK_STATUSES,
+    Approval,
+    Checkpoint,
+    Event,
+    EventType,
+    Item,
+    ItemStatus,
+    Task,
+    TaskStatus,
+)
 from ticketagent.plan import chosen_actions, effect_holds
 from ticketagent.services import ServiceError
 from ticketagent.services.tasks import task_locked, task_maybe_finish
@@ -84,10 +94,19 @@ def item_held_actions(item: Item, task: Task) -> list[str]:
             if action in chosen_actions(outputs)]
 
 
-def item_approve(*, item_id: int, approved: bool, reason: str, actor: str) -> Item:
-    """An operator's recorded approval (or rejection) of the actions an item holds for approval (one
-    decision covers them all: rejected ones are skipped); the item continues either way."""
+DECISIONS = {Approval.APPROVED: "approve", Approval.REJECTED: "reject, do the rest",
+             Approval.STOPPED: "reject, stop the item"}
+
+
+def item_approve(*, item_id: int, decision: str, reason: str, actor: str) -> Item:
+    """An operator's recorded decision on the actions an item holds for approval (one decision covers them
+    all), with who, when and why. Approved (`Approval.APPROVED`): they run. Rejected, the operator chooses
+    what happens to the item: it does the rest without them and without the steps that need them
+    (`Approval.REJECTED`; `plan.after_rejection` is the rule), or it stops there (`Approval.STOPPED`):
+    skipped, with the reason, and nothing more of it runs."""
     reason = (reason or "").strip()
+    if decision not in DECISIONS:
+        raise ServiceError("choose approve or reject (doing the rest, or stopping the item)")
     if not reason:
         raise ServiceError("a reason is required to approve or reject")
     with transaction.atomic():
@@ -96,15 +115,24 @@ def item_approve(*, item_id: int, approved: bool, reason: str, actor: str) -> It
         item = Item.objects.select_for_update(no_key=True).get(pk=item_id)
         if item.status != ItemStatus.WAITING_APPROVAL:
             raise ServiceError(f"this item is {item.get_status_display()}, not waiting for approval")
-        item.approval = "approved" if approved else "rejected"
-        item.approval_by = actor
-        item.approval_reason = reason[:2000]
-        item.save(update_fields=["approval", "approval_by", "approval_reason", "updated_at"])
         held = item_held_actions(item, task)
-        event_append(task_id=task.pk, item_id=item.pk, actor=actor,
-                     type=EventType.APPROVED if approved else EventType.REJECTED,
-                     payload={"actions": held, "reason": reason[:500]})
-        items_requeue(task, [item], actor=actor, why=f"{', '.join(held) or 'held actions'} {item.approval}")
+        item.approval, item.approval_by, item.approval_at = decision, actor, timezone.now()
+        item.approval_reason = reason[:2000]
+        fields = ["approval", "approval_by", "approval_reason", "approval_at", "updated_at"]
+        payload = {"actions": held, "reason": reason[:500], "decision": decision}
+        if decision == Approval.STOPPED:  # the item ends here: one event records the decision and the end
+            item.status, item.finished_at = ItemStatus.SKIPPED, item.approval_at
+            item.last_error = f"stopped: {', '.join(held) or 'held actions'} rejected by {actor}: {reason[:500]}"
+            item.save(update_fields=[*fields, "status", "finished_at", "last_error"])
+            event_append(task_id=task.pk, item_id=item.pk, actor=actor, type=EventType.REJECTED,
+                         payload={**payload, "status": ItemStatus.SKIPPED})
+            task_maybe_finish(task)
+            return item
+        item.save(update_fields=fields)
+        event_append(task_id=task.pk, item_id=item.pk, actor=actor, payload=payload,
+                     type=EventType.APPROVED if decision == Approval.APPROVED else EventType.REJECTED)
+        items_requeue(task, [item], actor=actor,
+                      why=f"{', '.join(held) or 'held actions'} {item.get_approval_display()}")
     return item
 
 

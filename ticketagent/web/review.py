@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.channels import lookup_channel_names
 from ledger.models import Effect
 from ledger.services import ReviewError, effect_reconcile, effect_review
-from ticketagent.models import Item
+from ticketagent.models import Approval, Item
 from ticketagent.services import ServiceError
 from ticketagent.services.items import item_approve, item_retry, item_skip
 from ticketagent.web import selectors_review
@@ -103,7 +103,15 @@ def _item_answer(request, item, fragment: str, error: str):
             return _review_page(request, error=f"item {item.ticket_id}: {error}", status=status)
         return redirect("review")
     item.refresh_from_db()
+    if fragment == "approval-row":  # what is held and what each choice would do, as the page shows it
+        selectors_review.approvals_context([item])
     return render_page(request, "review/queue.html", fragment, {"item": item, "error": error}, status=status)
+
+
+# the review form's buttons (`approval`) -> the decision they record
+APPROVAL_BUTTONS = {"approve": Approval.APPROVED, "reject": Approval.REJECTED, "reject_stop": Approval.STOPPED}
+BULK_WORDS = {Approval.APPROVED: "Approved", Approval.REJECTED: "Rejected (the rest done)",
+              Approval.STOPPED: "Rejected and stopped"}
 
 
 @login_required
@@ -112,12 +120,9 @@ def item_approval_view(request, pk):
     require_operator(request)
     item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
     error = ""
-    approval = request.POST.get("approval", "")
     try:
-        if approval not in ("approve", "reject"):
-            raise ServiceError("choose approve or reject")
-        item_approve(item_id=item.pk, approved=approval == "approve", reason=request.POST.get("reason", ""),
-                     actor=actor(request))
+        item_approve(item_id=item.pk, decision=APPROVAL_BUTTONS.get(request.POST.get("approval", ""), ""),
+                     reason=request.POST.get("reason", ""), actor=actor(request))
     except ServiceError as exc:
         error = str(exc)
     return _item_answer(request, item, "approval-row", error)
@@ -126,15 +131,15 @@ def item_approval_view(request, pk):
 @login_required
 @require_POST
 def item_approvals_view(request):
-    """Approve or reject the selected items with one reason: each decided on its own (`item_approve`: its own
-    event, with the operator's name), those that no longer wait named in the answer; nothing changes without a
-    reason or a choice."""
+    """Approve or reject (doing the rest, or stopping them) the selected items with one reason: each decided on
+    its own (`item_approve`: its own event, with the operator's name), those that no longer wait named in the
+    answer; nothing changes without a reason or a choice."""
     require_operator(request)
-    approval, reason = request.POST.get("approval", ""), request.POST.get("reason", "").strip()
+    decision, reason = APPROVAL_BUTTONS.get(request.POST.get("approval", "")), request.POST.get("reason", "").strip()
     ids = [int(i) for i in request.POST.getlist("items") if i.isdigit()]
     errors, done = [], []
-    if approval not in ("approve", "reject"):
-        errors.append("choose approve or reject")
+    if decision is None:
+        errors.append("choose approve or reject (doing the rest, or stopping the item)")
     elif not ids:
         errors.append("select the items to decide first")
     elif not reason:
@@ -142,11 +147,11 @@ def item_approvals_view(request):
     else:
         for item in Item.objects.filter(pk__in=ids).order_by("updated_at", "id"):
             try:
-                item_approve(item_id=item.pk, approved=approval == "approve", reason=reason, actor=actor(request))
+                item_approve(item_id=item.pk, decision=decision, reason=reason, actor=actor(request))
                 done.append(item.ticket_id)
             except ServiceError as exc:
                 errors.append(f"{item.ticket_id}: {exc}")
-    result = f"{'Approved' if approval == 'approve' else 'Rejected'} {len(done)}: {', '.join(done)}." if done else ""
+    result = f"{BULK_WORDS[decision]} {len(done)}: {', '.join(done)}." if done else ""
     if not request.htmx:
         if errors and not done:
             return _review_page(request, error="; ".join(errors), status=409)

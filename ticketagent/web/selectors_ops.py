@@ -13,7 +13,7 @@ from ledger.models import Effect, EffectTransition
 from ticketagent import jobs
 from ticketagent.eventlog.merged import merge, transition_payload
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.plan import effect_holds, step_name
+from ticketagent.plan import EFFECT_STEPS, REPLY_ACTIONS, effect_holds, not_chosen, rejection_outcome, step_name
 from ticketagent.recovery import JOB_MISSING, JOB_STUCK
 from ticketagent.rqworker import is_alive, seconds_since_seen
 
@@ -196,11 +196,21 @@ def merged_history(events: list[Event], transitions: list[EffectTransition]) -> 
 def item_decision(item: Item, checkpoint) -> dict | None:
     """What the agent decided for an item, as a person reads it: the triage, the draft (with the articles
     it used), the actions that run and why, what the rules changed, what waits for approval, the failed
-    reply checks. None before the first model step."""
+    reply checks, the effect steps that were not run (step -> why: rejected, skipped by review, ...), and
+    while actions are held what a rejection would do (`rejection`: `reply` when a held action carries the
+    reply, the steps to come that "do the rest" `runs`, and those it does `not_run`, with why). None before
+    the first model step."""
     outputs = checkpoint.step_outputs if checkpoint else {}
     if not outputs.get("triage"):
         return None
     decide = outputs.get("decide") or {}
     held = effect_holds(outputs, allow_auto_close=item.task.allow_auto_close) if decide else {}
-    return {"triage": outputs.get("triage"), "draft": outputs.get("draft"), "decide": decide,
-            "held": {action: why for action, why in held.items() if action in decide.get("actions", ())}}
+    held = {action: why for action, why in held.items() if action in decide.get("actions", ())}
+    not_run = {step: output["skipped"] for step, output in outputs.items() if step in EFFECT_STEPS
+               and isinstance(output, dict) and output.get("skipped") and not not_chosen(output)}
+    rejection = None
+    if held and item.status == ItemStatus.WAITING_APPROVAL:
+        runs, skipped = rejection_outcome(outputs, held, cursor=checkpoint.cursor)
+        rejection = {"reply": any(action in REPLY_ACTIONS for action in held), "runs": runs, "not_run": skipped}
+    return {"triage": outputs.get("triage"), "draft": outputs.get("draft"), "decide": decide, "held": held,
+            "not_run": not_run, "rejection": rejection}

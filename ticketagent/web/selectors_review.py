@@ -10,7 +10,7 @@ from ledger.models import Effect, EffectState, EffectTransition
 from ledger.services import reconcile_not_before
 from ticketagent.channels.registry import get_channel
 from ticketagent.eventlog.merged import transition_payload
-from ticketagent.models import AUDIT_EVENTS, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.models import AUDIT_EVENTS, Approval, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.web.selectors import effects_with_owners
 from ticketagent.web.selectors_ops import item_decision
 
@@ -157,7 +157,9 @@ def _audit_words(event: Event) -> str:
             return f"{p.get('step', '')}: review by {event.actor} — {verdict} — “{reason}”"
         return f"{p.get('step', '')}: reconcile — {verdict} — {note}"
     if event.type in (EventType.APPROVED, EventType.REJECTED):
-        word = "approved" if event.type == EventType.APPROVED else "rejected"
+        word = "approved" if event.type == EventType.APPROVED else {
+            Approval.REJECTED: "rejected (the rest done)", Approval.STOPPED: "rejected (the item stopped)"}.get(
+            p.get("decision"), "rejected")
         actions = ", ".join(p.get("actions") or [p.get("step", "")]) or "held actions"
         return f"{actions} {word} by {event.actor} — “{p.get('reason', '')}”"
     if event.type == EventType.ITEM_SKIPPED:
