@@ -177,7 +177,8 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
     """After the call: the outcome, with what it means for the item, in one
     phase. Committed: the step's recovery point (and the unchosen steps after
     it), then the item's end if no step is left, else the next effect's
-    intent (chained). Failed: the item fails. Unknown: it waits for review.
+    intent (chained). Failed: the item fails -- or, when the system was
+    unavailable, goes back to the queue. Unknown: it waits for review.
 
     The outcome is the truth and is recorded even when the lease is gone
     (the gate writes it only if the row is still this attempt's); nothing of
