@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import json
 import re
+import select
 import socket
 import socketserver
 import time
@@ -26,6 +27,7 @@ __all__ = ["MAX_BODY", "SandboxHTTPHandler", "SandboxHTTPServer"]
 MAX_BODY = 1024 * 1024  # HTTP request bodies
 WRITE_PATH_RE = re.compile(r"^/api/tickets/(.+)/(draft|notify|status|close|escalate)/?$")
 LOOKUP_PREFIX = "/api/lookup/"
+STALL_MAX_SECONDS = 120  # a stalled read holds its connection until the client gives up, at most this long
 
 
 class _BodyTooLarge(Exception):
@@ -231,11 +233,37 @@ class SandboxHTTPHandler(http.server.BaseHTTPRequestHandler):
 
     # -- read / control endpoints --------------------------------------------
     def _handle_lookup(self, key: str) -> None:
+        if self._read_fault("lookup"):
+            return
         rows = self.state.store.deliveries(key=key) if key else []
         if not rows:
             self._json(404, {"found": False})
             return
         self._json(200, {"found": True, "count": len(rows), "id": rows[0]["id"], "deliveries": rows})
+
+    def _read_fault(self, what: str) -> bool:
+        """A read fault fired (an error answered, the connection dropped or stalled): True."""
+        fault = self.state.take_read()
+        if fault is None:
+            return False
+        if fault == "error":
+            status = self.state.faults.snapshot()["error_status"]
+            self.state.log(f"http {what}: injected read error {status}")
+            self._json(status, {"error": f"injected fault: {what} unavailable"}, {"Retry-After": "0"})
+        elif fault == "drop":
+            self._drop(what)
+        else:
+            self._stall(what)
+        return True
+
+    def _stall(self, what: str) -> None:
+        """No answer: hold the connection until the client closes it (its read timed out)."""
+        self.state.log(f"http {self.address_string()} STALL {what}")
+        self.close_connection = True
+        try:
+            select.select([self.connection], [], [], STALL_MAX_SECONDS)
+        except (OSError, ValueError):
+            pass
 
     def _handle_deliveries(self, query: str) -> None:
         params = parse_qs(query, keep_blank_values=True)

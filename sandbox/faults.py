@@ -3,8 +3,10 @@
 The faults are set through ``POST /_sandbox/faults`` (merged per endpoint),
 and each write request asks them, in order: how long to wait, whether to
 answer with an error instead, and -- once the delivery is recorded -- whether
-to drop the connection rather than answer. ``honor_keys`` lives here too, so a
-test can switch dedupe off for a running sandbox.
+to drop the connection rather than answer. A read (a look-up) asks the
+``read_*`` faults: answer with an error, drop the connection, or stall
+(answer nothing until the client gives up). ``honor_keys`` lives here too, so
+a test can switch dedupe off for a running sandbox.
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ def _defaults(honor_keys: bool) -> dict:
         "drop_next": {},
         "honor_keys": honor_keys,
         "seed": None,
+        "read_error_next": 0,
+        "read_drop_next": 0,
+        "read_stall_next": 0,
+        "read_error_rate": 0,
     }
+
+
+#: What a read fault does, by the counter that asks for it (checked in this order).
+READ_FAULTS = (("read_error_next", "error"), ("read_drop_next", "drop"), ("read_stall_next", "stall"))
 
 
 def _is_int(v) -> bool:
@@ -92,6 +102,15 @@ def _scalar_updates(body: dict) -> dict:
         if v is not None and not _is_int(v):
             raise ValidationError("seed must be an integer or null")
         updates["seed"] = v
+    for name, _ in READ_FAULTS:
+        if name in body:
+            if not _is_count(body[name]):
+                raise ValidationError(f"{name} must be an integer >= 0")
+            updates[name] = body[name]
+    if "read_error_rate" in body:
+        if not _is_rate(body["read_error_rate"]):
+            raise ValidationError("read_error_rate must be a number 0..1")
+        updates["read_error_rate"] = body["read_error_rate"]
     return updates
 
 
@@ -162,6 +181,16 @@ class Faults:
             if self._take("error_next", "error_rate", endpoint):
                 return self._faults["error_status"]
         return None
+
+    def take_read(self) -> str | None:
+        """What a read (a look-up) gets instead of its answer: "error", "drop", "stall", or ``None``."""
+        with self._lock:
+            for name, fault in READ_FAULTS:
+                if self._faults[name] > 0:
+                    self._faults[name] -= 1
+                    return fault
+            rate = self._faults["read_error_rate"]
+            return "error" if rate and self._rng.random() < rate else None
 
     def take_drop(self, endpoint: str) -> bool:
         """Whether to drop the connection instead of answering this write."""

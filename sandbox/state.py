@@ -42,6 +42,7 @@ def _default_stats() -> dict:
         "rejected": 0,
         "errors_injected": 0,
         "drops": 0,
+        "stalls": 0,
         "replays": 0,
     }
 
@@ -89,6 +90,13 @@ class SandboxState:
         if status is not None:
             self.note("errors_injected")
         return status
+
+    def take_read(self) -> str | None:
+        """What a read fault does to this read ("error", "drop", "stall"; counted), or ``None``."""
+        fault = self.faults.take_read()
+        if fault is not None:
+            self.note({"error": "errors_injected", "drop": "drops", "stall": "stalls"}[fault])
+        return fault
 
     def take_drop(self, endpoint: str) -> bool:
         """Whether a drop fault fires for this write (counted)."""

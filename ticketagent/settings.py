@@ -304,7 +304,7 @@ OPENAI_MAX_RETRIES = envint("OPENAI_MAX_RETRIES", 2, minimum=0)
 AGENT_MAX_STEPS = envint("AGENT_MAX_STEPS", 6, minimum=1)
 # USD per 1M tokens by model name, over the list prices in ticketagent/llm/prices.py (JSON; `.env.example`).
 MODEL_PRICES = envprices("MODEL_PRICES")
-# The model API's governor (ticketagent/llm/governor.py), shared by every worker through Redis: requests and
+# The model API's governor (ticketagent/governor.py), shared by every worker through Redis: requests and
 # tokens per minute (empty: as the API's x-ratelimit-* headers say), calls in flight (empty: no cap); how long
 # a call waits for its turn (a rate limit, an outage) before its item is handed back to the queue; the longest
 # pause between two probes of an endpoint that is down.
@@ -354,6 +354,12 @@ HELPDESK_READ_TIMEOUT = envfloat("HELPDESK_READ_TIMEOUT", 5.0, minimum=0.1)
 # upstream timeout (nginx's proxy_read_timeout and Apache's ProxyTimeout
 # default to 60 s). Reconcile trusts a "not found" only after it.
 HELPDESK_UPSTREAM_TIMEOUT = envfloat("HELPDESK_UPSTREAM_TIMEOUT", 60.0, minimum=0.0)
+# A helpdesk or mail server that is unavailable (no connection, no answer, a
+# 5xx): its calls wait, one worker probes it (ticketagent/channels/waiting.py).
+# How long a call waits before its item is handed back to the queue (not
+# failed); the longest pause between two probes.
+CHANNEL_WAIT_SECONDS = envfloat("CHANNEL_WAIT_SECONDS", 120.0, minimum=1.0)
+CHANNEL_PROBE_MAX_SECONDS = envfloat("CHANNEL_PROBE_MAX_SECONDS", 8.0, minimum=0.5)
 # Zendesk only (HELPDESK_KIND=zendesk; docs/channels.md "Zendesk Support API"):
 # the group and priority the escalate action sets (0 / "keep": leave as is),
 # and the longest Retry-After a request waits out before its one retry.

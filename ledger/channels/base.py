@@ -12,10 +12,15 @@ adapter implements the same two operations:
                 this process, or a refusal such as a 4xx validation error);
     unknown   - anything else once the request may have left: timeouts,
                 resets, 5xx, a dropped connection.
+  and what did not commit says why (`Cause`): the system refused it, it was
+  unavailable (no connection, no answer, a server error: nobody's fault, the
+  caller waits for it), or the action could not be made as asked.
 * `lookup(key, payload) -> LookupResult`: did the write with this key land?
   `found=True` (with the external reference), `found=False` only when the
   system's answer is authoritative (it was asked and answered in full), and
   `found=None` when it cannot tell.
+* `probe() -> str`: one request that writes nothing, to learn whether the
+  system answers again after it was unavailable ("" when it did).
 
 Each channel declares its abilities (`Abilities`), shown per channel on the
 Effect classes page. Adapters hold no state between calls beyond their
@@ -32,6 +37,18 @@ from ledger.channels.redact import redact
 from ledger.models import EffectState
 
 
+class Cause:
+    """Why a call did not commit, as far as its answer shows (`CallResult.cause`)."""
+
+    # the system refused the request: a 4xx in its own words, a missing right, a thing that does not exist
+    REFUSED = "refused"
+    # the system could not be reached, did not answer in time, or answered a server error, a timeout or
+    # a rate limit: nobody's fault, and the reads before a write were asked again already
+    UNAVAILABLE = "unavailable"
+    # the action cannot be made as asked (its payload, the channel's configuration): nothing was sent
+    INVALID = "invalid"
+
+
 @dataclass(frozen=True)
 class CallResult:
     state: str  # EffectState.COMMITTED / FAILED / UNKNOWN
@@ -40,6 +57,8 @@ class CallResult:
     # Whether the system answered at all (a status line came back): an
     # answered request cannot still land later; one that timed out might.
     answered: bool = False
+    # Why it did not commit (a `Cause`); "" when committed, or an unknown outcome whose system answered
+    cause: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "error", redact(self.error))
@@ -160,14 +179,28 @@ class Channel:
         Returns the problems found (empty: ready)."""
         return []
 
+    def probe(self) -> str:
+        """One cheap request that writes nothing: "" when the system answered
+        (whatever it said, but a server error, a timeout or a rate limit),
+        else why not. A channel without one answers "": its next call is
+        then the probe."""
+        return ""
+
 
 def committed(ref: str = "", *, answered: bool = True) -> CallResult:
     return CallResult(EffectState.COMMITTED, external_ref=str(ref), answered=answered)
 
 
-def failed(error: str, *, answered: bool) -> CallResult:
-    return CallResult(EffectState.FAILED, error=error, answered=answered)
+def failed(error: str, *, answered: bool, cause: str) -> CallResult:
+    return CallResult(EffectState.FAILED, error=error, answered=answered, cause=cause)
 
 
-def unknown(error: str, *, answered: bool) -> CallResult:
-    return CallResult(EffectState.UNKNOWN, error=error, answered=answered)
+def unknown(error: str, *, answered: bool, cause: str = "") -> CallResult:
+    """`cause` Cause.UNAVAILABLE when the system did not answer, or answered a server error."""
+    return CallResult(EffectState.UNKNOWN, error=error, answered=answered, cause=cause)
+
+
+def answered_at_all(status: int) -> bool:
+    """Whether an answer with this status shows the system is there to act: anything but a
+    server error, a timeout (408) or a rate limit (429) -- a probe that gets one ends a wait."""
+    return status < 500 and status not in (408, 429)

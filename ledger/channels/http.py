@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from ledger.channels.base import CallResult, committed, current_deadline, failed, unknown
+from ledger.channels.base import CallResult, Cause, committed, current_deadline, failed, unknown
 
 CONNECT_TRIES = 4  # a connection refused or timed out: tried again after 0.2, 0.4, 0.8 s
 CONNECT_BACKOFF_SECONDS = 0.2
@@ -150,16 +150,22 @@ class HttpClient:
 def write_outcome(answer: Answer, *, system: str, ref: str = "") -> CallResult:
     """A write's answer: 2xx committed; a 4xx refusal (not 408) failed; anything else unknown.
 
-    A 5xx proves nothing: a gateway in front of the system (nginx, Apache)
-    answers 502/503/504 while its upstream may still be working on the
-    request, so it is unknown and not answered -- it may land still, for as
-    long as the channel's in-flight bound."""
+    A 429 was not processed: failed, and the system unavailable for now (the
+    caller waits and sends it again), not refused. A 5xx proves nothing: a
+    gateway in front of the system (nginx, Apache) answers 502/503/504 while
+    its upstream may still be working on the request, so it is unknown and
+    not answered -- it may land still, for as long as the channel's
+    in-flight bound."""
     if answer.ok:
         return committed(ref)
+    if answer.status == 429:
+        return failed(f"{system} answered 429 (too many requests), so it did not act: {answer.text[:200]}",
+                      answered=True, cause=Cause.UNAVAILABLE)
     if 400 <= answer.status < 500 and answer.status != 408:
-        return failed(f"{system} refused with {answer.status}: {answer.text[:200]}", answered=True)
+        return failed(f"{system} refused with {answer.status}: {answer.text[:200]}", answered=True,
+                      cause=Cause.REFUSED)
     return unknown(f"{system} (or a gateway in front of it) answered {answer.status}: {answer.text[:200]}",
-                   answered=answer.status < 500)
+                   answered=answer.status < 500, cause=Cause.UNAVAILABLE)
 
 
 def call(client: HttpClient, method: str, path: str, body=None, *, headers: dict | None = None):
@@ -167,8 +173,8 @@ def call(client: HttpClient, method: str, path: str, body=None, *, headers: dict
     try:
         return client.request(method, path, body, headers)
     except NotSent as exc:
-        return failed(str(exc), answered=False)
+        return failed(str(exc), answered=False, cause=Cause.UNAVAILABLE)
     except AnswerCut as exc:
-        return unknown(str(exc), answered=exc.status < 500)
+        return unknown(str(exc), answered=exc.status < 500, cause="" if exc.status < 500 else Cause.UNAVAILABLE)
     except NoAnswer as exc:
-        return unknown(str(exc), answered=False)
+        return unknown(str(exc), answered=False, cause=Cause.UNAVAILABLE)

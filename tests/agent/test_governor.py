@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from ticketagent.llm.governor import Governor, Waited
+from ticketagent.governor import Governor, Waited
 
 pytestmark = pytest.mark.usefixtures("redis_conn")
 

@@ -32,8 +32,9 @@ def rt_environment(rt_server) -> dict:
 
 
 # A test RT (SQLite, one process) answers slower than the sandbox; an RT action
-# is up to two requests, and the lease must cover a whole call.
-RT_TIMING = {"HELPDESK_CONNECT_TIMEOUT": "1", "HELPDESK_READ_TIMEOUT": "3", "LEASE_SECONDS": "10"}
+# is up to five requests (a read may be asked again), and the lease must cover a
+# whole call: three times connect + read, plus the margin and a heartbeat.
+RT_TIMING = {"HELPDESK_CONNECT_TIMEOUT": "1", "HELPDESK_READ_TIMEOUT": "3", "LEASE_SECONDS": "15"}
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def rt_settings(rt_server, settings):
     settings.RT_ESCALATION_OWNER = ""
     settings.RT_ESCALATION_PRIORITY = 100
     settings.HELPDESK_CONNECT_TIMEOUT, settings.HELPDESK_READ_TIMEOUT = 1.0, 3.0
-    settings.LEASE_SECONDS = 10.0
+    settings.LEASE_SECONDS = 15.0
     return settings
 
 

@@ -14,10 +14,15 @@ Modes:
                without reaching RT, the answer dropped after reaching RT; the others pass
     pass       a plain proxy
 
+In any mode, `fault_next(fault, n, method=, path=, skip=)` faults the next `n` requests of that method whose path
+matches the regular expression (after letting `skip` of them pass), none of them reaching RT: "503", "close" (closed
+without an answer) or "stall" (held without an answer until the client gives up).
+
 `forwarded` counts the requests that reached RT, `faulted` the requests faulted.
 """
 
 import http.client
+import re
 import socket
 import threading
 from urllib.parse import urlsplit
@@ -31,6 +36,7 @@ class LossyProxy:
         self.every = every
         self.forwarded = self.faulted = self.seen = 0
         self.lock = threading.Lock()
+        self.next_faults: list[list] = []  # [fault, count left, method, path pattern, to let pass first]
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.closed = False
@@ -65,11 +71,11 @@ class LossyProxy:
             request = self._read_request(conn)
             if request is None:
                 return
-            if self.mode == "blackhole":
+            fault = self._next_fault(request[0], request[1]) or self._fault()
+            if self.mode == "blackhole" or fault == "stall":
                 while conn.recv(65536):  # hold it until the client gives up
                     pass
                 return
-            fault = self._fault()
             if fault == "503":
                 conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\nContent-Length: 19"
                              b"\r\nConnection: close\r\n\r\nService Unavailable")
@@ -99,6 +105,27 @@ class LossyProxy:
                     head += f"{key}: {value}\r\n"
             head += f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
             conn.sendall(head.encode("latin-1") + payload)
+
+    def fault_next(self, fault: str, n: int = 1, *, method: str = "GET", path: str = ".*", skip: int = 0) -> None:
+        """Fault the next `n` requests of `method` whose path matches `path`, after `skip` of them
+        (the faulted ones never reach RT)."""
+        assert fault in ("503", "close", "stall"), fault
+        with self.lock:
+            self.next_faults.append([fault, n, method, re.compile(path), skip])
+
+    def _next_fault(self, method: str, path: str) -> str:
+        with self.lock:
+            for entry in self.next_faults:
+                fault, left, wanted, pattern, skip = entry
+                if left <= 0 or method != wanted or not pattern.search(path):
+                    continue
+                if skip:
+                    entry[4] -= 1
+                    continue
+                entry[1] -= 1
+                self.faulted += 1
+                return fault
+        return ""
 
     def _fault(self) -> str:
         """What to do with this request instead of passing it: "503", "close", "drop" or ""."""

@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         result = gate(action=intent.spec.name, payload=intent.payload, owner_task=intent.owner_task,
                       owner_item=intent.owner_item, owner_step=intent.owner_step, claim_token=intent.claim_token)
         if result.state == EffectState.FAILED:
-            phase_fail(item_run, kind="channel_refused", message=f"{step}: {result.effect.last_error}")
+            phase_fail(item_run, kind="helpdesk_refused", message=f"{step}: {result.effect.last_error}")
             return steps.WAIT
         if result.state not in (EffectState.COMMITTED, EffectState.SKIPPED):
             phase_wait(item_run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,

@@ -5,8 +5,10 @@ no look-up by key it stays unknown for a person to review."""
 
 import pytest
 
+from ledger.actions import action_spec
 from ledger.models import EffectState
 from ledger.services import effect_reconcile
+from ticketagent.channels.smtp import EmailChannel
 
 from ..fakes.smtp_server import ScriptedSMTPServer
 from .helpers import NOTIFY, run_notify
@@ -81,3 +83,29 @@ class TestTheEmailChannel:
         assert effect.last_reconcile == "the email channel has no look-up by key"
         assert effect.reconciled_at is not None
         assert list(effect.transitions.values_list("to_state", flat=True)) == ["intent", "unknown", "unknown"]
+
+
+class TestWhyAMessageWasNotSent:
+    """A mail server's 4xx ("try again later") or no mail server at all is the mail server unavailable: the
+    item waits for it. A 5xx refusal is refused; a header that cannot be sent cannot be sent as asked."""
+
+    @staticmethod
+    def cause(settings, payload=None):
+        result = EmailChannel().perform(action_spec("notify_customer_email"), payload or NOTIFY, "k" * 64)
+        return result.state, result.cause
+
+    def test_a_451_to_the_message_is_the_mail_server_unavailable(self, sandbox, settings):
+        sandbox.set_faults(error_next={"email": 1})  # the sandbox answers 451 to the end of DATA
+        assert self.cause(settings) == (EffectState.FAILED, "unavailable")
+
+    def test_no_mail_server_is_unavailable(self, sandbox, settings):
+        settings.EMAIL_PORT = 9
+        assert self.cause(settings) == (EffectState.FAILED, "unavailable")
+
+    @pytest.mark.parametrize("scripted_smtp", ["refuse_recipient"], indirect=True)
+    def test_a_refused_recipient_is_refused(self, scripted_smtp, settings):
+        assert self.cause(settings) == (EffectState.FAILED, "refused")
+
+    def test_a_header_that_cannot_be_sent_is_invalid(self, sandbox, settings):
+        bad = {**NOTIFY, "body": {**NOTIFY["body"], "subject": "Re: refund\nBcc: everyone@example.com"}}
+        assert self.cause(settings, bad) == (EffectState.FAILED, "invalid")

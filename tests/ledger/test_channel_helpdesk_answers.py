@@ -98,3 +98,52 @@ class TestWhatTheHelpdeskAnswersALookUp:
         answer = RestHelpdeskChannel(base_url="http://127.0.0.1:9", token="").lookup("k1", {})
         assert answer.found is None
         assert answer.detail.startswith("look-up failed: could not connect to the helpdesk")
+
+
+class TestWhyAWriteDidNotCommit:
+    """A definite refusal is the helpdesk's `refused`; no connection, a 5xx, a 408 or a 429 is `unavailable`: its
+    item waits for the helpdesk instead of failing."""
+
+    @pytest.mark.parametrize("status", [400, 403, 404, 422])
+    def test_a_4xx_is_refused(self, helpdesk, status):
+        helpdesk.answer = (status, b'{"error": "no"}')
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        assert (result.state, result.cause) == (EffectState.FAILED, "refused")
+
+    def test_a_429_was_not_processed_the_helpdesk_is_unavailable_for_now(self, helpdesk):
+        helpdesk.answer = (429, b"slow down")
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        assert (result.state, result.cause) == (EffectState.FAILED, "unavailable")
+
+    @pytest.mark.parametrize("status", [408, 500, 502, 503, 504])
+    def test_a_5xx_or_a_408_is_unknown_and_the_helpdesk_unavailable(self, helpdesk, status):
+        helpdesk.answer = (status, b"busy")
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        assert (result.state, result.cause) == (EffectState.UNKNOWN, "unavailable")
+
+    def test_no_helpdesk_is_failed_and_unavailable(self):
+        result = RestHelpdeskChannel(base_url="http://127.0.0.1:9", token="").perform(SPEC, NOTIFY, "k1")
+        assert (result.state, result.cause) == (EffectState.FAILED, "unavailable")
+
+    def test_committed_says_no_cause(self, helpdesk):
+        helpdesk.answer = (201, b'{"id": "d1"}')
+        assert helpdesk.channel.perform(SPEC, NOTIFY, "k1").cause == ""
+
+
+class TestTheProbe:
+    """One look-up that writes nothing: any answer but a server error, a timeout or a rate limit ends a wait."""
+
+    @pytest.mark.parametrize("status", [200, 404, 401])
+    def test_an_answer_is_an_answer(self, helpdesk, status):
+        helpdesk.answer = (status, b"")
+        assert helpdesk.channel.probe() == ""
+        assert helpdesk.paths == [("GET", "/api/lookup/0000-helpdesk-probe")]
+
+    @pytest.mark.parametrize("status", [503, 429, 408])
+    def test_a_server_error_a_timeout_or_a_rate_limit_is_not(self, helpdesk, status):
+        helpdesk.answer = (status, b"")
+        assert helpdesk.channel.probe() == f"the helpdesk answered {status} to a look-up"
+
+    def test_no_helpdesk_is_not(self):
+        assert RestHelpdeskChannel(base_url="http://127.0.0.1:9", token="").probe().startswith(
+            "could not connect to the helpdesk")

@@ -409,3 +409,37 @@ def test_the_effect_classes_page_shows_zendesks_abilities(zd, client, bob):
     assert "audit metadata of the ticket update" in page
     assert "the ticket&#x27;s audits, every page" in page or "the ticket's audits, every page" in page
     assert zd.logged() == [], "showing the abilities calls nothing"
+
+
+
+# --------------------------------------------------------------------------- why an update did not commit
+
+
+def cause_of(ticket_id) -> tuple[str, str]:
+    """(state, cause) of one notify_customer update, straight from the channel."""
+    result = ZendeskChannel().perform(action_spec("notify_customer"), {"ticket": str(ticket_id), "body": REPLY},
+                                      "k" * 64)
+    return result.state, result.cause
+
+
+def test_zendesks_refusals_are_refused_and_its_absences_unavailable(zd, ticket, settings):
+    """A 404, 403 or 422 is Zendesk's answer (refused: the item fails); a 429 beyond the wait, a 5xx, a
+    timeout or no connection is Zendesk unavailable (the item waits for it)."""
+    assert cause_of(987654) == (EffectState.FAILED, "refused")
+    zd.state.forbidden.add(ticket)
+    assert cause_of(ticket) == (EffectState.FAILED, "refused")
+    zd.state.forbidden.discard(ticket)
+    zd.fail_next("update", "rate_limit", retry_after="120")
+    assert cause_of(ticket) == (EffectState.FAILED, "unavailable")
+    zd.fail_next("update", "error_before", status=503)
+    assert cause_of(ticket) == (EffectState.UNKNOWN, "unavailable")
+    assert cause_of("T-1") == (EffectState.FAILED, "invalid")
+    settings.HELPDESK_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+    assert cause_of(ticket) == (EffectState.FAILED, "unavailable")
+
+
+def test_the_probe_reads_the_api_user_and_writes_nothing(zd, settings):
+    assert ZendeskChannel().probe() == ""
+    assert [(r["method"], r["kind"]) for r in zd.logged()] == [("GET", "me")]
+    settings.HELPDESK_URL = "http://127.0.0.1:9"
+    assert "could not connect" in ZendeskChannel().probe()

@@ -333,6 +333,34 @@ def test_latency_is_applied_to_writes_only(sb):
     assert time.monotonic() - t0 < 0.25
 
 
+def test_read_faults_answer_an_error_drop_or_stall_the_next_reads_in_turn(sb):
+    assert draft(sb, key="rk")[0] == 201
+    faults = sb.client.set_faults(read_error_next=1, read_drop_next=1, read_stall_next=1)
+    assert (faults["read_error_next"], faults["read_drop_next"], faults["read_stall_next"]) == (1, 1, 1)
+    status, data = raw(sb, "GET", "/api/lookup/rk")
+    assert status == 503 and "injected" in data["error"]
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
+        raw(sb, "GET", "/api/lookup/rk")
+    with pytest.raises(TimeoutError):  # nothing comes back: the client gives up
+        raw(sb, "GET", "/api/lookup/rk", timeout=0.5)
+    assert raw(sb, "GET", "/api/lookup/rk")[0] == 200  # the faults are spent
+    assert draft(sb, key="rk2")[0] == 201, "writes are not read faults' to fault"
+    counts = sb.client.counts()
+    assert (counts["errors_injected"], counts["drops"], counts["stalls"]) == (1, 1, 1)
+    assert counts["requests"] == 2, "reads are not counted as write requests"
+
+
+def test_read_error_rate_faults_every_read_until_cleared(sb):
+    sb.client.set_faults(read_error_rate=1.0, error_status=500)
+    assert [raw(sb, "GET", f"/api/lookup/x{i}")[0] for i in range(3)] == [500, 500, 500]
+    assert sb.client.health() and sb.client.counts()["deliveries"] == 0, "the controls never fault"
+    sb.client.set_faults(read_error_rate=0)
+    assert raw(sb, "GET", "/api/lookup/x")[0] == 404
+    for bad in ({"read_error_rate": 2}, {"read_drop_next": -1}, {"read_stall_next": "1"}):
+        status, resp = raw(sb, "POST", "/_sandbox/faults", bad)
+        assert status == 422 and resp["error"], bad
+
+
 def test_faults_merge_clear_and_validate(sb):
     sb.client.set_faults(error_rate={"draft": 0.5}, seed=7)
     faults = sb.client.set_faults(drop_rate={"email": 0.25}, error_rate={"notify": 0.1})

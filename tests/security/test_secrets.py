@@ -96,6 +96,8 @@ class _Hostile(BaseHTTPRequestHandler):
             return self._answer(503, self._echo())
         if path.startswith("/api/tickets/SEC-3/notify"):
             return self._answer(422, self._echo())
+        if path.startswith("/api/lookup/0000-helpdesk-probe"):  # after SEC-2's 503 it is probed, and answers
+            return self._answer(404, self._echo())
         if path.startswith("/api/lookup/"):
             return self._answer(500, self._echo())
         return self._answer(404, self._echo())
@@ -189,8 +191,8 @@ def test_a_run_with_failing_calls_leaks_no_secret(client, alice, settings, s, op
     items = {i.ticket_id: i for i in Item.objects.all()}
     assert (items["SEC-1"].status, items["SEC-1"].failure_kind) == (ItemStatus.FAILED, "auth")
     assert items["SEC-2"].status == ItemStatus.WAITING_REVIEW
-    assert (items["SEC-3"].status, items["SEC-3"].failure_kind) == (ItemStatus.FAILED, "channel_refused")
-    assert (items["SEC-4"].status, items["SEC-4"].failure_kind) == (ItemStatus.FAILED, "channel_refused")
+    assert (items["SEC-3"].status, items["SEC-3"].failure_kind) == (ItemStatus.FAILED, "helpdesk_refused")
+    assert (items["SEC-4"].status, items["SEC-4"].failure_kind) == (ItemStatus.FAILED, "email_refused")
     refused = Effect.objects.get(owner_item=items["SEC-3"].ref, owner_step="notify_customer")
     assert refused.state == EffectState.FAILED and "\"authorization\": \"[redacted]\"" in refused.last_error, refused.last_error
     assert "you_sent" in refused.last_error  # the helpdesk's answer is kept, minus the secret

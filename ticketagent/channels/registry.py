@@ -15,6 +15,8 @@ from ticketagent.channels.zendesk import ZendeskChannel
 
 HELPDESK_KINDS: dict[str, type[Channel]] = {"rest": RestHelpdeskChannel, "rt": RTChannel, "zendesk": ZendeskChannel}
 CHANNEL_NAMES = ("helpdesk", "email")
+# each channel's system, in the words people read ("waiting for the helpdesk since …", "refused by the helpdesk")
+CHANNEL_WORDS = {"helpdesk": "the helpdesk", "email": "the mail server"}
 
 
 def helpdesk_kind() -> str:
@@ -33,3 +35,13 @@ def get_channel(name: str) -> Channel:
     except KeyError:
         raise ChannelError(f"HELPDESK_KIND={kind!r} is not one of: {', '.join(sorted(HELPDESK_KINDS))}") from None
     return cls()
+
+
+def channel_endpoint(name: str) -> str:
+    """Which system the channel `name` reaches, as configured now: workers configured alike share what they
+    learn of it (`ticketagent.channels.waiting`)."""
+    if name == "email":
+        return f"smtp|{settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
+    if name != "helpdesk":
+        raise ValueError(f"unknown channel {name!r}; known: {', '.join(CHANNEL_NAMES)}")
+    return f"{helpdesk_kind()}|{settings.HELPDESK_URL}"

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from django.conf import settings
 
-from ledger.channels.base import Abilities, Channel, LookupResult
+from ledger.channels.base import Abilities, Channel, LookupResult, answered_at_all
 from ledger.channels.http import Answer, HttpClient, NoAnswer, NotSent, call, write_outcome
 
 # action -> (method, path); {ticket} is the ticket id from the upload
@@ -66,6 +66,13 @@ class RestHelpdeskChannel(Channel):
         if answer.status == 404:
             return LookupResult(False, detail="the helpdesk has no record of this key")
         return LookupResult(None, detail=f"look-up answered {answer.status}")
+
+    def probe(self):
+        try:
+            answer = self.client.request("GET", "/api/lookup/0000-helpdesk-probe")
+        except (NotSent, NoAnswer) as exc:
+            return str(exc)
+        return "" if answered_at_all(answer.status) else f"the helpdesk answered {answer.status} to a look-up"
 
     def check(self):
         try:

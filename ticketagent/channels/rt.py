@@ -36,7 +36,17 @@ import re
 
 from django.conf import settings
 
-from ledger.channels.base import Abilities, CallResult, Channel, LookupResult, committed, failed, unknown
+from ledger.channels.base import (
+    Abilities,
+    CallResult,
+    Cause,
+    Channel,
+    LookupResult,
+    answered_at_all,
+    committed,
+    failed,
+    unknown,
+)
 from ticketagent.channels.rt_check import run_checks
 from ticketagent.channels.rt_rest import (
     SYSTEM,
@@ -141,13 +151,15 @@ class RTChannel(Channel):
 
     @property
     def budget_seconds(self) -> float:
-        return self.config.request_seconds
+        # room for one read that timed out to be asked again, and the rest of the action after it
+        return 2 * self.config.request_seconds
 
     # -- perform ---------------------------------------------------------------
     def perform(self, spec, payload, key) -> CallResult:
         ticket = ticket_number(payload.get("ticket"))
         if ticket is None:
-            return failed(f"{payload.get('ticket')!r} is not a {SYSTEM} ticket id (a number)", answered=False)
+            return failed(f"{payload.get('ticket')!r} is not a {SYSTEM} ticket id (a number)", answered=False,
+                          cause=Cause.INVALID)
         body = payload.get("body") or {}
         attempt = Attempt(self.config, self.budget_seconds)
         action = {"notify_customer": self._notify, "save_draft": self._draft, "set_status": self._status,
@@ -169,7 +181,7 @@ class RTChannel(Channel):
         status = str(body.get("status", ""))
         target = self.config.statuses.get(status)
         if not target:
-            return failed(f"no {SYSTEM} status for {status!r}: see RT_STATUSES", answered=False)
+            return failed(f"no {SYSTEM} status for {status!r}: see RT_STATUSES", answered=False, cause=Cause.INVALID)
         self._change(at, ticket, {"Status": target})
         note = f"<p>Status set to <code>{html.escape(target)}</code> by the ticket agent ({html.escape(status)}).</p>"
         return self._write(at, ticket, "comment", note, key)
@@ -180,7 +192,7 @@ class RTChannel(Channel):
                                                   ("Priority", c.escalation_priority)) if value not in ("", None)}
         if not want:
             return failed("escalate has nothing to change: set RT_ESCALATION_QUEUE, RT_ESCALATION_OWNER or "
-                          "RT_ESCALATION_PRIORITY", answered=False)
+                          "RT_ESCALATION_PRIORITY", answered=False, cause=Cause.INVALID)
         self._change(at, ticket, want)
         done = ", ".join(f"{field} {value}" for field, value in want.items())
         note = (f"<p>Escalated by the ticket agent ({html.escape(done)}):</p>\n"
@@ -201,14 +213,14 @@ class RTChannel(Channel):
             return committed(location_id(answer))
         # RT answers 400 "Permission Denied" for a ticket that does not exist
         if answer.status in (400, 403, 404) and self._missing(ticket):
-            return failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True)
+            return failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True, cause=Cause.REFUSED)
         if not rt_refusal(answer):
             return unknown(f"POST /ticket/{ticket}/{kind} {not_rt_words(answer)}", answered=True)
         refused = f"{SYSTEM} refused the {WHAT[kind]} on ticket {ticket} ({answer.status}: {rt_message(answer)})"
         if at.landed:  # the change before it is in place: only the key is missing
             return unknown(f"{refused}; the change before it was read back in place, so the action landed "
                            "without its key", answered=True)
-        return failed(refused, answered=True)
+        return failed(refused, answered=True, cause=Cause.REFUSED)
 
     def _missing(self, ticket: str) -> bool:
         """True only when RT says the ticket does not exist (404)."""
@@ -239,7 +251,7 @@ class RTChannel(Channel):
         told = f"{'; '.join(wrong)} (it said: {'; '.join(said) or 'nothing'})"
         if not landed:
             raise Stop(failed(f"{SYSTEM} did not make the change on ticket {ticket}: {told}; read back, nothing of "
-                              "it changed", answered=True))
+                              "it changed", answered=True, cause=Cause.REFUSED))
         raise Stop(unknown(f"{SYSTEM} made only part of the change on ticket {ticket}: landed: "
                            f"{', '.join(landed)}; not landed: {told}; no key comment was written", answered=True))
 
@@ -248,9 +260,10 @@ class RTChannel(Channel):
         if not answer.ok and not rt_refusal(answer):
             raise Stop(unknown(f"PUT {path} {not_rt_words(answer)}", answered=True))
         if answer.status == 404 and not at.landed:
-            raise Stop(failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True))
+            raise Stop(failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True, cause=Cause.REFUSED))
         if not answer.ok:  # RT's refusal: `failed` only when no earlier write of the action landed
-            raise Stop(at.ended(f"{SYSTEM} refused PUT {path} ({answer.status}: {rt_message(answer)})"))
+            raise Stop(at.ended(f"{SYSTEM} refused PUT {path} ({answer.status}: {rt_message(answer)})",
+                                cause=Cause.REFUSED))
         said = answer.json([])
         return [str(m) for m in said] if isinstance(said, list) else []
 
@@ -259,10 +272,12 @@ class RTChannel(Channel):
                          write=False)
         data = answer.json(None)
         if first and answer.status == 404:
-            raise Stop(failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True))
+            raise Stop(failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True, cause=Cause.REFUSED))
         if answer.status != 200 or not isinstance(data, dict):
             what = "reading ticket" if first else "reading ticket back"
-            raise Stop(at.ended(f"{what} {ticket} answered {answer.status}: {rt_message(answer)}"))
+            # a 4xx is RT's (or a proxy's) refusal to show it; a 200 that is not a ticket, no usable answer
+            cause = Cause.REFUSED if 400 <= answer.status < 500 else Cause.UNAVAILABLE
+            raise Stop(at.ended(f"{what} {ticket} answered {answer.status}: {rt_message(answer)}", cause=cause))
         return data
 
     # -- lookup ----------------------------------------------------------------
@@ -315,6 +330,13 @@ class RTChannel(Channel):
         return "", len(replies)
 
     # -- check -----------------------------------------------------------------
+    def probe(self) -> str:
+        try:
+            answer = Reader(self.config, attempts=1).get("/rt")
+        except Unanswered as exc:
+            return str(exc)
+        return "" if answered_at_all(answer.status) else f"GET /rt answered {answer.status}: {rt_message(answer)}"
+
     def check(self) -> list[str]:
         return self.check_report().problems
 

@@ -4,10 +4,12 @@
 whole action ends within the channel's `max_call_seconds`, and it tracks
 whether a write may already have landed: before that, a request that fails
 proves nothing was changed (`failed`); after it, a missing answer leaves the
-action `unknown`. `Reader` makes the look-up's, the check's and the ticket
-source's reads, where anything short of a complete answer raises
-`Unanswered`; the check and the source ask again with back-off when the
-answer was missing or a 5xx.
+action `unknown`. A read of the action (the ticket before a change, the
+change read back) that got no answer, or a 5xx, 408 or 429, is asked again
+with back-off while the action's time allows; a write never is. `Reader`
+makes the look-up's, the check's and the ticket source's reads, where
+anything short of a complete answer raises `Unanswered`; the check and the
+source ask again with back-off when the answer was missing or a 5xx.
 """
 
 import random
@@ -18,7 +20,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 
-from ledger.channels.base import CallResult, failed, unknown
+from ledger.channels.base import CallResult, Cause, failed, unknown
 from ledger.channels.http import Answer, HttpClient, NoAnswer, NotSent
 
 SYSTEM = "Request Tracker"
@@ -27,6 +29,7 @@ MIN_REQUEST_SECONDS = 0.2  # no request is started with less time than this left
 READ_ATTEMPTS = 5  # a read (look-up, check, ticket source) is asked at most this often ...
 READ_BACKOFF_SECONDS = 0.25  # ... waiting this long after the first failure, doubling each time ...
 READ_BACKOFF_MAX_SECONDS = 2.0  # ... up to this
+ACTION_READ_TRIES = 3  # a read inside an action is asked at most this often (its time allowing)
 DEFAULT_STATUSES = {"open": "open", "pending": "stalled", "solved": "resolved", "escalated": "open",
                     "on_hold": "stalled"}
 CREDENTIALS = "check HELPDESK_USER and HELPDESK_PASSWORD"
@@ -130,34 +133,56 @@ class Attempt:
         self.deadline = time.monotonic() + budget
         self.landed = False
 
-    def ended(self, error: str) -> CallResult:
+    def ended(self, error: str, *, cause: str) -> CallResult:
         """The action stops with no write of it in flight: `failed` while
         nothing landed, else `unknown` (reconcile looks for its key)."""
         if self.landed:
-            return unknown(f"{error} (after an earlier write of this action was answered)", answered=True)
-        return failed(error, answered=True)
+            return unknown(f"{error} (after an earlier write of this action was answered)", answered=True,
+                           cause=cause)
+        return failed(error, answered=True, cause=cause)
 
     def send(self, method: str, path: str, body=None, *, write: bool) -> Answer:
         """One request; raises `Stop` with the action's outcome when it cannot go on:
-        no answer, 401, 408 or 5xx. Other answers are the caller's to judge."""
+        no answer, 401, 408 or 5xx (and 429 for a read). Other answers are the caller's to judge.
+        A read is asked again (ACTION_READ_TRIES, with back-off) while the action's time allows."""
         name = f"{method} {path.split('?', 1)[0]}"
-        left = self.deadline - time.monotonic()
-        if left < MIN_REQUEST_SECONDS:
-            raise Stop(self.ended(f"{SYSTEM}: the action ran out of time before {name}"))
+        pause = READ_BACKOFF_SECONDS
+        for tries in range(1, (1 if write else ACTION_READ_TRIES) + 1):
+            left = self.deadline - time.monotonic()
+            if left < MIN_REQUEST_SECONDS:
+                raise Stop(self.ended(f"{SYSTEM}: the action ran out of time before {name}",
+                                      cause=Cause.UNAVAILABLE))
+            problem = self._one(name, method, path, body, write=write, within=left)
+            if isinstance(problem, Answer):
+                return problem
+            if tries == ACTION_READ_TRIES or self.deadline - time.monotonic() < pause + MIN_REQUEST_SECONDS:
+                break
+            time.sleep(pause * random.uniform(0.8, 1.2))
+            pause = min(READ_BACKOFF_MAX_SECONDS, pause * 2)
+        raise Stop(self.ended(f"{problem} ({tries} {'try' if tries == 1 else 'tries'})", cause=Cause.UNAVAILABLE))
+
+    def _one(self, name: str, method: str, path: str, body, *, write: bool, within: float) -> Answer | str:
+        """One request: its answer, or -- for a read that got none, or a 5xx, 408 or 429 -- what happened.
+        A write that cannot go on raises `Stop`."""
         try:
-            answer = self.config.client(within=left).request(method, path, body)
+            answer = self.config.client(within=within).request(method, path, body)
         except NotSent as exc:
-            raise Stop(self.ended(str(exc))) from None
+            if write:  # nothing of it left
+                raise Stop(self.ended(str(exc), cause=Cause.UNAVAILABLE)) from None
+            return str(exc)
         except NoAnswer as exc:
             if write:  # the write may still land
-                raise Stop(unknown(f"{name}: {exc}", answered=False)) from None
-            raise Stop(self.ended(f"{name}: {exc}")) from None
+                raise Stop(unknown(f"{name}: {exc}", answered=False, cause=Cause.UNAVAILABLE)) from None
+            return f"{name}: {exc}"
         if answer.status == 401:  # after an earlier write of the action landed, the action is part-done
-            raise Stop(self.ended(f"{SYSTEM} refused the credentials (401) at {name}: {CREDENTIALS}"))
-        if answer.status >= 500 or answer.status == 408:
-            error = f"{name} answered {answer.status}: {rt_message(answer)}"
+            raise Stop(self.ended(f"{SYSTEM} refused the credentials (401) at {name}: {CREDENTIALS}",
+                                  cause=Cause.REFUSED))
+        error = f"{name} answered {answer.status}: {rt_message(answer)}"
+        if write and (answer.status >= 500 or answer.status == 408):
             # a 5xx may come from a gateway whose upstream still works on the write: it may land still
-            raise Stop(unknown(error, answered=answer.status < 500) if write else self.ended(error))
+            raise Stop(unknown(error, answered=answer.status < 500, cause=Cause.UNAVAILABLE))
+        if not write and _passing(answer):
+            return error
         if write and answer.ok:
             self.landed = True
         return answer

@@ -1,8 +1,11 @@
 """Email through Django's mail framework (SMTP): the key becomes the `Message-ID`; SMTP has no look-up.
 
 A message the server accepted is committed; a refusal of the sender, a
-recipient or the message is failed; a connection lost while sending is
-unknown, and without a look-up its unknowns go to review with the evidence.
+recipient or the message is failed (a 4xx reply -- "try again later" -- says
+the server is unavailable for now, a 5xx that it refused); a server that
+cannot be reached is failed and unavailable; a connection lost while sending
+is unknown, and without a look-up its unknowns go to review with the
+evidence.
 """
 
 import smtplib
@@ -12,10 +15,17 @@ from django.conf import settings
 from django.core.mail import BadHeaderError, EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
 
-from ledger.channels.base import Abilities, CallResult, Channel, current_deadline
+from ledger.channels.base import Abilities, CallResult, Cause, Channel, current_deadline
 from ledger.models import EffectState
 
 CONNECT_TRIES = 3  # a mail server that cannot be reached: tried again after 0.5, 1 s
+
+
+def _refusal_cause(exc: smtplib.SMTPException) -> str:
+    """A reply code 4xx is SMTP's "try again later" (a full queue, greylisting): unavailable; 5xx refused."""
+    codes = [code for code, _ in exc.recipients.values()] if isinstance(exc, smtplib.SMTPRecipientsRefused) \
+        else [getattr(exc, "smtp_code", 500)]
+    return Cause.UNAVAILABLE if codes and all(400 <= code < 500 for code in codes) else Cause.REFUSED
 
 
 def _last_line_checked(cls):
@@ -75,22 +85,25 @@ class EmailChannel(Channel):
         try:
             message.message()  # a header that cannot be sent fails here, before anything leaves
         except (BadHeaderError, ValueError) as exc:
-            return CallResult(EffectState.FAILED, error=f"the message cannot be sent: {exc}")
+            return CallResult(EffectState.FAILED, error=f"the message cannot be sent: {exc}", cause=Cause.INVALID)
         connection = get_connection(fail_silently=False, timeout=settings.EMAIL_TIMEOUT)
         if isinstance(connection, SMTPBackend):
             connection.__class__ = _DeadlineBackend
-        error = self._open(connection)
+        error, cause = self._open(connection)
         if error:
-            return CallResult(EffectState.FAILED, error=f"could not connect to the mail server: {error}")
+            return CallResult(EffectState.FAILED, error=f"could not connect to the mail server: {error}", cause=cause)
         try:
             connection.send_messages([message])
         except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as exc:
-            return CallResult(EffectState.FAILED, error=f"mail server refused: {exc}", answered=True)
+            return CallResult(EffectState.FAILED, error=f"mail server refused: {exc}", answered=True,
+                              cause=_refusal_cause(exc))
         except smtplib.SMTPDataError as exc:
             # The server answered the message with an error code: not accepted.
-            return CallResult(EffectState.FAILED, error=f"mail server refused the message: {exc}", answered=True)
+            return CallResult(EffectState.FAILED, error=f"mail server refused the message: {exc}", answered=True,
+                              cause=_refusal_cause(exc))
         except (TimeoutError, OSError, smtplib.SMTPException) as exc:
-            return CallResult(EffectState.UNKNOWN, error=f"{type(exc).__name__} while sending: {exc}")
+            return CallResult(EffectState.UNKNOWN, error=f"{type(exc).__name__} while sending: {exc}",
+                              cause=Cause.UNAVAILABLE)
         finally:
             try:
                 connection.close()
@@ -98,21 +111,31 @@ class EmailChannel(Channel):
                 pass
         return CallResult(EffectState.COMMITTED, external_ref=f"<{key}@{settings.MESSAGE_ID_DOMAIN}>", answered=True)
 
-    def _open(self, connection) -> str:
+    def _open(self, connection) -> tuple[str, str]:
         """Open the connection, tried again with back-off while the deadline
-        leaves room for the message; the last error, or "" once open."""
+        leaves room for the message: ("", "") once open, else the last error
+        and its cause. A server that answered (its greeting or the login
+        refused: a reply code, no AUTH offered) is not asked again."""
         pause = 0.5
         for tries in range(1, CONNECT_TRIES + 1):
             current_deadline().room_to_send(self.max_call_seconds, "the message")
             try:
                 connection.open()
-                return ""
+                return "", ""
+            except smtplib.SMTPResponseException as exc:  # 421 busy: unavailable; 535 bad credentials: refused
+                return f"{exc}", _refusal_cause(exc)
+            except smtplib.SMTPNotSupportedError as exc:  # the settings ask for what the server does not offer
+                return f"{exc}", Cause.REFUSED
             except OSError as exc:
                 if tries == CONNECT_TRIES or current_deadline().time_left() < pause + self.max_call_seconds:
-                    return f"{exc} ({tries} tries)"
+                    return f"{exc} ({tries} tries)", Cause.UNAVAILABLE
                 time.sleep(pause)
                 pause *= 2
-        return "no try left"
+        return "no try left", Cause.UNAVAILABLE
+
+    def probe(self):
+        problems = self.check()
+        return problems[0] if problems else ""
 
     def check(self):
         connection = get_connection(fail_silently=False, timeout=settings.EMAIL_TIMEOUT)

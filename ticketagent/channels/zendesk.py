@@ -26,16 +26,17 @@ every page, looking for `metadata.custom.ticketagent_key` == the key
 Found is authoritative; "not found" only once the last page was read; an
 error on any page, or a ticket that is gone (404), is "cannot tell".
 
-Outcomes: 2xx committed; never sent (no connection) failed; a 4xx refusal
-failed with words naming the ticket (401/403 point at the credentials, 404
-says the ticket does not exist, 422 gives Zendesk's validation details);
-408, 5xx, a timeout or a dropped connection after sending unknown.
+Outcomes: 2xx committed; never sent (no connection) failed, Zendesk
+unavailable (the item waits for it); a 4xx refusal failed with words naming
+the ticket (401/403 point at the credentials, 404 says the ticket does not
+exist, 422 gives Zendesk's validation details); 408, 5xx, a timeout or a
+dropped connection after sending unknown, Zendesk unavailable.
 
 Rate limits: a 429 was not processed. Its `Retry-After` is waited out once
 if it is at most ZENDESK_RATE_LIMIT_MAX_WAIT seconds (default 5), then the
 update is sent again; a longer wait, or a second 429, is `failed` with the
-reason -- provably not done, so the step can run again later -- instead of
-holding a worker for minutes.
+reason and Zendesk unavailable -- provably not done, so the item waits and
+the step runs again -- instead of holding a worker for minutes.
 
 Idempotency-Key: Zendesk honours it only when creating a ticket
 (`POST /api/v2/tickets`, https://developer.zendesk.com/api-reference/ticketing/introduction/#idempotency),
@@ -55,7 +56,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 
-from ledger.channels.base import Abilities, Channel, LookupResult, committed, failed, unknown
+from ledger.channels.base import Abilities, Cause, Channel, LookupResult, answered_at_all, committed, failed, unknown
 from ledger.channels.http import Answer, NoAnswer, NotSent
 from ledger.channels.redact import redact
 from ticketagent.channels.zendesk_api import (
@@ -166,18 +167,21 @@ class ZendeskChannel(Channel):
         ticket = ticket_number(payload.get("ticket"))
         if ticket is None:
             return failed(f"{payload.get('ticket')!r} is not a Zendesk ticket id (a number); nothing was sent",
-                          answered=False)
+                          answered=False, cause=Cause.INVALID)
         try:
             update = self.ticket_update(spec.name, payload.get("body") or {}, key)
         except (KeyError, ValueError) as exc:
-            return failed(f"the {spec.name} of ticket {ticket} cannot be sent to Zendesk: {exc}", answered=False)
+            return failed(f"the {spec.name} of ticket {ticket} cannot be sent to Zendesk: {exc}", answered=False,
+                          cause=Cause.INVALID)
         try:
             answer = send(self.client, "PUT", f"{API}/tickets/{ticket}.json", {"ticket": update},
                           max_wait=self.config.max_wait, sleep=self.sleep)
         except NotSent as exc:
-            return failed(f"{exc}; the update of ticket {ticket} was not sent", answered=False)
+            return failed(f"{exc}; the update of ticket {ticket} was not sent", answered=False,
+                          cause=Cause.UNAVAILABLE)
         except NoAnswer as exc:
-            return unknown(f"{exc}; the update of ticket {ticket} may have been applied", answered=False)
+            return unknown(f"{exc}; the update of ticket {ticket} may have been applied", answered=False,
+                           cause=Cause.UNAVAILABLE)
         return self.outcome(answer, ticket)
 
     def outcome(self, answer: Answer, ticket: int):
@@ -188,11 +192,13 @@ class ZendeskChannel(Channel):
             audit_id = audit.get("id") if isinstance(audit, dict) else None
             return committed(f"ticket {ticket} audit {audit_id}" if audit_id is not None else f"ticket {ticket}")
         if 400 <= answer.status < 500 and answer.status != 408:
+            # a 429 beyond the wait was not processed: Zendesk is unavailable for now, it refused nothing
             return failed(refusal(answer, what=what, thing=f"ticket {ticket}", max_wait=self.config.max_wait),
-                          answered=True)
+                          answered=True, cause=Cause.UNAVAILABLE if answer.status == 429 else Cause.REFUSED)
         # a 5xx may come from a gateway whose upstream still works on it: it may land still
         return unknown(f"Zendesk (or a gateway in front of it) answered HTTP {answer.status} to {what}, which may "
-                       f"have been applied: {error_text(answer)}", answered=answer.status < 500)
+                       f"have been applied: {error_text(answer)}", answered=answer.status < 500,
+                       cause=Cause.UNAVAILABLE)
 
     # ------------------------------------------------------------------ the look-up
 
@@ -223,6 +229,13 @@ class ZendeskChannel(Channel):
                                           f"({pages} pages, all read) carries the key")
 
     # ------------------------------------------------------------------ the check
+
+    def probe(self):
+        try:
+            answer = self.client.request("GET", f"{API}/users/me.json")
+        except (NotSent, NoAnswer) as exc:
+            return redact(str(exc))
+        return "" if answered_at_all(answer.status) else f"Zendesk answered HTTP {answer.status} to users/me"
 
     def check(self):
         return [redact(problem) for problem in self.problems()]

@@ -7,8 +7,8 @@ import time
 from django.conf import settings
 from pydantic import ValidationError
 
+from ticketagent.governor import Waited, governor_for
 from ticketagent.llm.base import ModelError, Tools, Usage, endpoint_label, one_line_subject
-from ticketagent.llm.governor import Waited, governor_for
 from ticketagent.llm.prompts import decide_prompt, draft_prompt, triage_prompt
 from ticketagent.llm.schemas import Decision, Reply, triage_schema
 from ticketagent.playbooks.spec import PlaybookSpec
@@ -97,7 +97,7 @@ class OpenAIModel:
         self.governor = governor_for(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
 
     def _create(self, usage: Usage | None, **request):
-        """One completion, through the governor (ticketagent/llm/governor.py). A 429 makes everyone wait;
+        """One completion, through the governor (ticketagent/governor.py). A 429 makes everyone wait;
         no answer or a 5xx is retried OPENAI_MAX_RETRIES times, then the endpoint is down for everyone until
         a probe gets an answer. Past MODEL_WAIT_SECONDS of waiting: ModelError "unavailable" (the item is
         handed back, not failed). A 4xx other than 429 is raised as the SDK's error."""

@@ -219,7 +219,7 @@ class ItemRun:
     task_status: str = ""
     task_failures: int = 0  # its task's consecutive failures, as the last phase read them
     stopped: bool = False  # the item left this worker: done, failed, waiting, or handed back as its task stopped
-    ended: str = ""  # how, in a word or two ("done", "waiting", "failed (kind)", "task stopped")
+    ended: str = ""  # how, in a word or two ("done", "waiting", "failed (kind)", "task stopped", "handed back")
     # effect steps the decision did not choose, not yet recorded: they are
     # written (STEP_SKIPPED) with the next recovery point
     pending: list = field(default_factory=list)

@@ -26,7 +26,7 @@ from ledger.gate import intent_record
 from ledger.keys import Intent, canonical_json
 from ledger.services import effect_not_sent
 from ticketagent.eventlog.append import blobs_put, event_append, events_append
-from ticketagent.llm.base import ModelError
+from ticketagent.failures import failure_label
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.pipeline.budget import budget_enforce_locked, task_spend_locked
@@ -173,8 +173,7 @@ def item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> None
     task.consecutive_failures += 1
     task.save(update_fields=["consecutive_failures", "updated_at"])
     if task.consecutive_failures >= task.failure_threshold and task.status in ACTIVE_TASK_STATUSES:
-        label = ModelError.KINDS.get(kind, kind.replace("_", " "))
-        task_suspend_locked(task, reason=f"{task.consecutive_failures} consecutive failures: {label}")
+        task_suspend_locked(task, reason=f"{task.consecutive_failures} consecutive failures: {failure_label(kind)}")
     else:
         task_maybe_finish(task)
 
@@ -188,21 +187,29 @@ def _record_pending(run: ItemRun) -> None:
 
 
 def item_hand_back(run: ItemRun, *, why: str, unsent=None) -> None:
-    """This worker stops before its next call (its lease is in doubt): the
-    item goes back to the queue as its next attempt, and the effect it was
-    about to call (`unsent`, provably not sent) is `failed`, so that attempt
-    retries it with the same key. Nothing is written if the lease is
-    already gone (the sweep took the item over)."""
+    """This worker stops before its next call (its lease is in doubt, or
+    what it calls made it wait too long): the item goes back to the queue as
+    its next attempt, and the effect it was about to call (`unsent`,
+    provably not sent) is `failed`, so that attempt retries it with the same
+    key. Nothing is written if the lease is already gone (the sweep took the
+    item over)."""
     try:
         with phase(run, task=True):
             if unsent is not None:
                 effect_not_sent(effect_id=unsent.pk, claim_token=run.token, actor=worker_name(),
                                 note=f"not sent: {why}")
-            _record_pending(run)
-            items_requeue(run.locked[0], [run.locked[1]], actor=worker_name(), why=f"handed back: {why}")
+            item_requeue(run, why=why)
     except LeaseLost:
         pass
     log.warning("item %s handed back: %s; nothing more called or written", run.item.pk, why)
+
+
+def item_requeue(run: ItemRun, *, why: str) -> None:
+    """Inside a phase holding the task: the item goes back to the queue as its next attempt, neither failed
+    nor counted toward a suspension (`items_requeue`)."""
+    _record_pending(run)
+    items_requeue(run.locked[0], [run.locked[1]], actor=worker_name(), why=f"handed back: {why}")
+    run.stopped, run.ended = True, "handed back"
 
 
 def done_locks_task(run: ItemRun) -> bool:

@@ -8,10 +8,13 @@ the ledger instead of acting twice.
 from django.db import transaction
 
 from ledger.channels import get_channel
+from ledger.channels.base import CallResult, Cause, Channel
 from ledger.gate import effect_perform, intent_prepare, intent_record, outcome_record
 from ledger.keys import Intent
 from ledger.models import Effect, EffectState
 from ticketagent.actions import payload_summary
+from ticketagent.channels.waiting import Waited, channel_turn
+from ticketagent.failures import failure_kind, failure_label
 from ticketagent.models import Approval, EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost
 from ticketagent.pipeline.model_steps import item_ticket
@@ -19,6 +22,7 @@ from ticketagent.pipeline.phases import (
     done_locks_task,
     item_fail,
     item_hand_back,
+    item_requeue,
     item_stop,
     phase,
     phase_fail,
@@ -169,19 +173,35 @@ def run_effect_step(step: str, run: ItemRun, task: Task):
     if recorded.blocked:
         return _held_answer(step, run, recorded)
     effect = recorded.effect
-    deadline = _lease_for_call(run, step, intent, effect)
-    result = effect_perform(intent, effect, deadline=deadline)
-    if result is None:
-        raise _handed_back(run, step, "the lease was not known valid when the request was to leave", effect)
+    result = _call(run, step, intent, effect)
     phase_outcome(run, task, step, intent, effect, result)
     return RECORDED
+
+
+def _call(run: ItemRun, step: str, intent: Intent, effect: Effect) -> CallResult:
+    """The effect's call, in its channel's turn (`channel_turn`: while the channel's system is down, one
+    caller probes it and the others wait), the lease known valid for the whole call. A wait that ran out
+    (CHANNEL_WAIT_SECONDS), a lease in doubt, or a deadline that came before the request could leave hand
+    the item back with the effect not sent."""
+    channel = get_channel(intent.spec.channel)
+    try:
+        with channel_turn(channel) as turn:
+            deadline = _lease_for_call(run, step, effect, channel)
+            result = effect_perform(intent, effect, deadline=deadline, channel=channel)
+            if result is None:
+                raise _handed_back(run, step, "the lease was not known valid when the request was to leave", effect)
+            turn.ended_with(result)
+    except Waited as exc:
+        raise _handed_back(run, step, exc.why, effect) from None
+    return result
 
 
 def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: Effect, result) -> None:
     """After the call: the outcome, with what it means for the item, in one
     phase. Committed: the step's recovery point (and the unchosen steps after
     it), then the item's end if no step is left, else the next effect's
-    intent (chained). Failed: the item fails. Unknown: it waits for review.
+    intent (chained). Failed: the item fails -- or, when the system was
+    unavailable, goes back to the queue. Unknown: it waits for review.
 
     The outcome is the truth and is recorded even when the lease is gone
     (the gate writes it only if the row is still this attempt's); nothing of
@@ -194,7 +214,7 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
         with phase(run, task=locked):
             ours = outcome_record(intent, effect, result)
             if ours:
-                _after_outcome(run, task, step, effect, skipped, after)
+                _after_outcome(run, task, step, effect, result.cause, skipped, after)
     except LeaseLost:
         # the lease is gone (taken over while calling): nothing of the item's
         # is written, but the outcome is the truth -- kept if the row is still ours
@@ -205,10 +225,16 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
         raise LeaseLost(f"item {run.item.pk}: {step}'s effect stopped being this attempt's while it was called")
 
 
-def _after_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None) -> None:
-    """Inside the outcome's phase, the outcome recorded: what it means for the item."""
-    if effect.state == EffectState.FAILED:
-        item_fail(run, kind="channel_refused", message=f"{step}: {effect.last_error}")
+def _after_outcome(run: ItemRun, task: Task, step: str, effect: Effect, cause: str, skipped: list,
+                   after: int | None) -> None:
+    """Inside the outcome's phase, the outcome recorded: what it means for the item. Failed because the
+    channel's system was unavailable (nothing of it done, nobody refused it): back to the queue, to wait
+    for the system with the others; failed otherwise: the item fails, saying why (`failure_kind`)."""
+    if effect.state == EffectState.FAILED and cause == Cause.UNAVAILABLE:
+        words = failure_label(failure_kind(effect.channel, cause))  # "waiting for the helpdesk"
+        item_requeue(run, why=f"{step}: {words}: {effect.last_error}")
+    elif effect.state == EffectState.FAILED:
+        item_fail(run, kind=failure_kind(effect.channel, cause), message=f"{step}: {effect.last_error}")
     elif effect.state == EffectState.UNKNOWN:
         item_stop(run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
                   reason=f"{step}: outcome unknown — {effect.last_error}")
@@ -224,7 +250,7 @@ def _after_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped:
             run.chained = (chained, intent_record(chained))
 
 
-def _lease_for_call(run: ItemRun, step: str, intent: Intent, effect: Effect) -> float | None:
+def _lease_for_call(run: ItemRun, step: str, effect: Effect, channel: Channel) -> float | None:
     """After the intent committed, before its call: the lease known valid for
     the whole call (renewed first if need be); the call's deadline. A lease
     in doubt (a heartbeat failed, an answer came back too late) hands the
@@ -232,7 +258,7 @@ def _lease_for_call(run: ItemRun, step: str, intent: Intent, effect: Effect) -> 
     if run.lease is None:
         return None
     try:
-        return run.lease.ensure(get_channel(intent.spec.channel).max_call_seconds)
+        return run.lease.ensure(channel.max_call_seconds)
     except LeaseInDoubt as exc:
         raise _handed_back(run, step, str(exc), effect) from exc
 

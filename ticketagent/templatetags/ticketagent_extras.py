@@ -10,6 +10,7 @@ from django.utils.dateformat import format as date_format
 from django.utils.html import format_html
 
 from ticketagent.eventlog.export import iso_utc
+from ticketagent.failures import failure_label as _failure_label
 from ticketagent.llm.prices import dollars
 from ticketagent.plan import step_name as _step_name
 from ticketagent.services.budget import budget_spent
@@ -21,6 +22,12 @@ register = template.Library()
 def get_item(mapping, key):
     """A list from a dict of lists (effects by item); [] when missing."""
     return (mapping or {}).get(key, [])
+
+
+@register.filter
+def failure_label(kind):
+    """Why an item failed, in people's words ("refused by the helpdesk")."""
+    return _failure_label(kind or "")
 
 
 @register.filter

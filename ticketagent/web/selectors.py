@@ -231,10 +231,17 @@ def model_api_wait() -> str:
         return ""
     from redis import RedisError
 
-    from ticketagent.llm.governor import governor_for
+    from ticketagent.governor import governor_for
 
     try:
         governor = governor_for(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
         return governor.waiting_words() if governor.down_since() is not None else ""
     except RedisError:
         return ""
+
+
+def channel_waits() -> list[str]:
+    """"waiting for the helpdesk since …" (and for the mail server) while the channel's system is down."""
+    from ticketagent.channels.waiting import channel_waits as waits
+
+    return waits()

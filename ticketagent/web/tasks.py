@@ -94,6 +94,8 @@ def _detail_context(request, task: Task, **extra) -> dict:
         "events": selectors.task_recent_events(task),
         "usage": task_usage(task.pk),
         "model_wait": selectors.model_api_wait() if task.status in ACTIVE_TASK_STATUSES else "",
+        "channel_waits": (selectors.channel_waits() if task.status in ACTIVE_TASK_STATUSES and not task.rehearsal
+                          else []),
         "step_count": len(steps_of(rehearsal=task.rehearsal)),
         **extra,
     }

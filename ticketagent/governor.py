@@ -1,23 +1,26 @@
-"""The model API's governor, shared by every worker through Redis: its rate limits, one back-off for all, its outages.
+"""Waiting for an outside API, shared by every worker through Redis: its rate limits, one back-off for all, its outages.
 
-One governor per endpoint and model (`OPENAI_BASE_URL` + `OPENAI_MODEL`).
-Before each request a caller waits for its turn (`Governor.turn()`):
+One governor per API: the model API (one per `OPENAI_BASE_URL` + `OPENAI_MODEL`,
+`governor_for`) and each channel's system -- the helpdesk, the mail server
+(`ticketagent.channels.waiting`). Before each request a caller waits for its
+turn (`Governor.turn()`):
 
 - a shared back-off is in force -- a 429 told one worker to wait
   (`retry-after`), or the API said its remaining requests or tokens are
   0 until a reset (`x-ratelimit-*`): everyone waits it out;
-- the endpoint is down (connections refused, timeouts, 5xx past
-  `OPENAI_MAX_RETRIES` quick retries): everyone waits; one caller at a
-  time probes it, with a back-off of 1, 2, 4 ... `MODEL_PROBE_MAX_SECONDS`
-  seconds; the first answer ends the outage for all;
-- requests and tokens per minute (`OPENAI_RPM`, `OPENAI_TPM`; empty: as the
-  API's headers say) and calls in flight (`OPENAI_MAX_CONCURRENCY`).
+- the API is down (connections refused, timeouts, 5xx past the caller's
+  quick retries): everyone waits; one caller at a time probes it, with a
+  back-off from `Limits.first_pause` doubling up to `Limits.probe_max_seconds`;
+  the first answer ends the outage for all;
+- requests and tokens per minute and calls in flight (`Limits`: for the
+  model API `OPENAI_RPM`, `OPENAI_TPM`, `OPENAI_MAX_CONCURRENCY`; empty: as
+  the API's headers say; none for a channel).
 
 A rate limit or an outage never fails an item: the caller waits, at most
-`MODEL_WAIT_SECONDS`, then the item is handed back to the queue (not
-failed) and waits there. Times are Redis's own clock (`TIME`), so hosts'
-clocks do not matter. Nothing here is a source of truth: a flushed Redis
-only forgets a back-off.
+its wait (`MODEL_WAIT_SECONDS`, `CHANNEL_WAIT_SECONDS`), then the item is
+handed back to the queue (not failed) and waits there. Times are Redis's own
+clock (`TIME`), so hosts' clocks do not matter. Nothing here is a source of
+truth: a flushed Redis only forgets a back-off.
 """
 
 import hashlib
@@ -25,6 +28,7 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -44,6 +48,24 @@ def reset_seconds(text: str | None) -> float | None:
         return None
     h, m, s, ms = (float(g) if g else 0.0 for g in match.groups())
     return h * 3600 + m * 60 + s + ms / 1000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a governor's turns obey, read at each turn (settings may change): 0 is no limit."""
+
+    slot_seconds: float  # a caller that died mid-call gives its slot back after this
+    probe_max_seconds: float  # the longest pause between two probes of an API that is down
+    first_pause: float = 1.0  # the pause before the first probe; it doubles with each probe that fails
+    rpm: int = 0
+    tpm: int = 0
+    cap: int = 0  # calls in flight
+
+
+def model_limits() -> Limits:
+    """The model API's, from the OPENAI_* settings."""
+    return Limits(slot_seconds=settings.OPENAI_TIMEOUT + 5, probe_max_seconds=settings.MODEL_PROBE_MAX_SECONDS,
+                  rpm=settings.OPENAI_RPM or 0, tpm=settings.OPENAI_TPM or 0, cap=settings.OPENAI_MAX_CONCURRENCY or 0)
 
 
 class Waited(Exception):
@@ -72,14 +94,22 @@ class Turn:
     def unreachable(self) -> None:
         self.governor.unreachable(self)
 
+    def release(self) -> None:
+        """The call is over and said nothing of the API (the slot and a probe's right are given back)."""
+        if not self.ended:
+            self.governor.end_silent(self)
+
 
 class Governor:
     """See the module docstring. Thread-safe: a turn and the end of a call are one Redis script each."""
 
-    def __init__(self, redis_conn, endpoint: str):
+    def __init__(self, redis_conn, endpoint: str, *, what: str = "the model API",
+                 limits: Callable[[], Limits] = model_limits):
         self.r = redis_conn
         self.key = "ticketagent:governor:" + hashlib.sha256(endpoint.encode()).hexdigest()[:16]
         self.endpoint = endpoint
+        self.what = what  # how people are told what is waited for: "the model API", "the helpdesk"
+        self.limits = limits
         self._turn_script = redis_conn.register_script(_TURN)
         self._end_script = redis_conn.register_script(_END)
 
@@ -95,15 +125,15 @@ class Governor:
     @contextmanager
     def turn(self, *, give_up: float):
         """Wait for the turn to send one request (Waited once the monotonic clock reaches `give_up`: one
-        call's MODEL_WAIT_SECONDS, however many turns it takes); the slot is released however it ends."""
-        turn = self._wait(give_up)
+        call's wait, however many turns it takes); the slot is released however it ends."""
+        turn = self.take(give_up=give_up)
         try:
             yield turn
         finally:
-            if not turn.ended:
-                self._end(turn, answered=False)
+            turn.release()
 
-    def _wait(self, give_up: float) -> Turn:
+    def take(self, *, give_up: float) -> Turn:
+        """`turn()` for a caller that releases the turn itself (`Turn.release()`, or what the answer said)."""
         token = secrets.token_hex(8)
         while True:
             pause, why = self._try(token)
@@ -120,8 +150,8 @@ class Governor:
         """One look, in one round trip (`_TURN`): (0, "") when this request may go -- its slot taken and it
         counted in its minute --, (0, "probe") when it may go as the probe of a down endpoint, else
         (seconds to wait, why)."""
-        rpm, tpm, cap = (settings.OPENAI_RPM or 0, settings.OPENAI_TPM or 0, settings.OPENAI_MAX_CONCURRENCY or 0)
-        slot = settings.OPENAI_TIMEOUT + 5  # a caller that died mid-call gives its slot back after this
+        limits = self.limits()
+        rpm, tpm, cap, slot = limits.rpm, limits.tpm, limits.cap, limits.slot_seconds
         answer, pause, limit = self._turn_script(args=[self.key, token, rpm, tpm, cap, slot, int(slot * 1000)])
         answer = answer.decode() if isinstance(answer, bytes) else answer
         if answer in ("go", "probe"):
@@ -130,6 +160,9 @@ class Governor:
                "tpm": f"the tokens of this minute reached OPENAI_TPM={int(limit)}",
                "cap": "the calls in flight are at OPENAI_MAX_CONCURRENCY"}.get(answer) or self.waiting_words()
         return float(pause), why
+
+    def end_silent(self, turn: Turn) -> None:
+        self._end(turn, answered=False)
 
     def _end(self, turn: Turn, *, answered: bool, tokens: int = 0, learned=None) -> float:
         """Give the slot (and a probe's right) back; for an answer also end an outage, count its tokens and
@@ -169,12 +202,13 @@ class Governor:
         now = self.now()
         self.r.set(self._k("down_since"), now, nx=True)
         failures = self.r.incr(self._k("failures"))
-        self._back_off(now + min(2 ** (failures - 1), settings.MODEL_PROBE_MAX_SECONDS), "an outage")
+        limits = self.limits()
+        self._back_off(now + min(limits.first_pause * 2 ** (failures - 1), limits.probe_max_seconds), "an outage")
 
     def _back_off(self, until: float, why: str) -> None:
         """Everyone waits until `until` (Redis's clock), unless a longer wait is in force already."""
         self.r.eval(_LATER, 1, self._k("backoff_until"), repr(until))
-        log.info("model API %s: everyone waits until %.1f (%s)", self.endpoint, until, why)
+        log.info("%s %s: everyone waits until %.1f (%s)", self.what, self.endpoint, until, why)
 
     # -- what people see -------------------------------------------------------------
     def down_since(self) -> float | None:
@@ -184,8 +218,8 @@ class Governor:
     def waiting_words(self) -> str:
         down = self.down_since()
         if down is not None:
-            return f"waiting for the model API since {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(down))}"
-        return "waiting for the model API's rate limit"
+            return f"waiting for {self.what} since {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(down))}"
+        return f"waiting for {self.what}'s rate limit"
 
 
 # SET the key to ARGV[1] (kept a second past that time, by Redis's clock) only if it is later than what it holds
@@ -262,13 +296,19 @@ return tostring(tonumber(t[1]) + tonumber(t[2]) / 1000000)
 _GOVERNORS: dict[tuple, Governor] = {}
 
 
-def governor_for(base_url: str | None, model: str) -> Governor:
-    """The governor of an endpoint and model, on REDIS_URL (one per process and configuration)."""
+def shared_governor(endpoint: str, *, what: str, limits: Callable[[], Limits]) -> Governor:
+    """The governor of `endpoint` on REDIS_URL (one per process, Redis and endpoint)."""
     import redis
 
-    config = (settings.REDIS_URL, base_url or "https://api.openai.com/v1", model)
+    config = (settings.REDIS_URL, endpoint)
     found = _GOVERNORS.get(config)
     if found is None:
         conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
-        found = _GOVERNORS[config] = Governor(conn, f"{config[1]}|{model}")
+        found = _GOVERNORS[config] = Governor(conn, endpoint, what=what, limits=limits)
     return found
+
+
+def governor_for(base_url: str | None, model: str) -> Governor:
+    """The governor of a model API's endpoint and model."""
+    return shared_governor(f"{base_url or 'https://api.openai.com/v1'}|{model}", what="the model API",
+                           limits=model_limits)
