@@ -9,7 +9,7 @@
 
 The product's modules are what `make run`, `make model` and the Procfile run: `ticketagent/`, `ledger/`,
 `sandbox/`, `ops/` but for the benchmarks (`ops/bench/`, which `make bench` runs with requirements-dev.txt), and
-`scripts/run.py`, `ensure_redis.py`, `model.py`. An import inside `try: … except ImportError` is optional and not
+`scripts/run.py`, `admin_user.py`, `ensure_redis.py`, `model.py`. An import inside `try: … except ImportError` is optional and not
 counted. Exit 1 with one line per problem, naming the module and the library.
 """
 
@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ticketagent", "ledger", "sandbox", "ops")
 NOT_RUNTIME = ("ops/bench/",)
-SCRIPTS = ("scripts/run.py", "scripts/ensure_redis.py", "scripts/model.py")
-FIRST_PARTY = {*PACKAGES, "scripts", "tests", "ensure_redis", "manage"}
+SCRIPTS = ("scripts/run.py", "scripts/admin_user.py", "scripts/ensure_redis.py", "scripts/model.py")
+FIRST_PARTY = {*PACKAGES, "scripts", "tests", "ensure_redis", "admin_user", "manage"}
 
 
 def product_files(root: Path = ROOT) -> list[Path]:
