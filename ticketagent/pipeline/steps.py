@@ -21,7 +21,6 @@ from ticketagent.pipeline.phases import (
     item_hand_back,
     item_stop,
     phase,
-    phase_fail,
     phase_wait,
     record_steps,
     stop_if_task_stopped,
@@ -228,9 +227,6 @@ def _held_answer(step: str, run: ItemRun, recorded):
         return summary
     if effect.state == EffectState.SKIPPED:
         return {**summary, "skipped": f"review decided to skip ({effect.reviewed_by})"}
-    if effect.state == EffectState.FAILED:  # a failed row holding the slot: another payload's
-        phase_fail(run, kind="conflict", message=f"{step}: slot taken by another payload (conflict)")
-        return WAIT
     phase_wait(run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
                reason=f"{step}: outcome unknown — {effect.last_error or 'another attempt is in flight'}")
     return WAIT
