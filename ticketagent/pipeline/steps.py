@@ -5,7 +5,11 @@ ticket, so a re-run builds the same payload, the same key, and is blocked by
 the ledger instead of acting twice.
 """
 
-from django.db import transaction
+import logging
+import time
+from dataclasses import fields, replace
+
+from django.db import InterfaceError, OperationalError, connection, transaction
 
 from ledger.channels import get_channel
 from ledger.gate import effect_perform, intent_prepare, intent_record, outcome_record
@@ -26,6 +30,8 @@ from ticketagent.pipeline.phases import (
     stop_if_task_stopped,
 )
 from ticketagent.plan import NOT_CHOSEN, STEP_NAMES, STEPS, chosen_actions, effect_action, effect_holds, effect_payload
+
+log = logging.getLogger(__name__)
 
 
 def _origin_effect(item: Item, step: str) -> Effect | None:
@@ -153,6 +159,15 @@ def run_effect_step(step: str, run: ItemRun, task: Task):
     return RECORDED
 
 
+# A database error that passes -- the session ended (a restart, a failover, a cut link), a statement or a lock
+# timed out, a deadlock -- while an outcome is recorded: the outcome is known in this worker's memory, so its
+# phase is taken again, fenced like the first by the lease and the claim token, after a pause growing to the
+# longest below, for as long as the lease confirmed before the error holds. After that the sweep takes the item
+# over and the effect is unknown (reconcile or review).
+TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
+OUTCOME_RETRY_FIRST_PAUSE, OUTCOME_RETRY_LONGEST_PAUSE = 0.2, 2.0
+
+
 def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: Effect, result) -> None:
     """After the call: the outcome, with what it means for the item, in one
     phase. Committed: the step's recovery point (and the unchosen steps after
@@ -161,11 +176,38 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
 
     The outcome is the truth and is recorded even when the lease is gone
     (the gate writes it only if the row is still this attempt's); nothing of
-    the item's is, and the worker stops."""
+    the item's is, and the worker stops. A transient database error does not
+    throw it away: the phase is taken again within the lease (above)."""
     skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)  # (a rehearsal never gets here)
     # the task locked first when the item leaves in a way that writes it: it fails or waits for review, or it is
     # done and ends a run of failures
     locked = result.state != EffectState.COMMITTED or (after is None and done_locks_task(run))
+    give_up_at, pause = None, OUTCOME_RETRY_FIRST_PAUSE
+    while True:
+        kept = replace(run)  # the phase moves `run` on as it writes: put back if it did not commit
+        try:
+            ours = _outcome_phase(run, task, step, intent, effect, result, locked=locked, skipped=skipped,
+                                  after=after)
+            break
+        except TRANSIENT_DB_ERRORS as exc:
+            for name in (f.name for f in fields(run)):
+                setattr(run, name, getattr(kept, name))
+            connection.close_if_unusable_or_obsolete()  # a session that ended is opened again by the next phase
+            if give_up_at is None:
+                give_up_at = run.lease.valid_until() if run.lease is not None else 0.0
+            if time.monotonic() + pause > give_up_at:
+                raise
+            log.warning("item %s: %s's outcome (%s) not recorded: %s; recorded again in %.1f s", run.item.pk, step,
+                        result.state, type(exc).__name__, pause)
+            time.sleep(pause)
+            pause = min(2 * pause, OUTCOME_RETRY_LONGEST_PAUSE)
+    if not ours:
+        raise LeaseLost(f"item {run.item.pk}: {step}'s effect stopped being this attempt's while it was called")
+
+
+def _outcome_phase(run: ItemRun, task: Task, step: str, intent: Intent, effect: Effect, result, *, locked: bool,
+                   skipped: list, after: int | None) -> bool:
+    """The outcome's phase (`phase_outcome`); True when the outcome was this attempt's to record."""
     try:
         with phase(run, task=locked):
             ours = outcome_record(intent, effect, result)
@@ -177,8 +219,7 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
         with transaction.atomic():
             outcome_record(intent, effect, result)
         raise
-    if not ours:
-        raise LeaseLost(f"item {run.item.pk}: {step}'s effect stopped being this attempt's while it was called")
+    return ours
 
 
 def _after_outcome(run: ItemRun, task: Task, step: str, effect: Effect, skipped: list, after: int | None) -> None:
