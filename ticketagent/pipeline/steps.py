@@ -20,6 +20,7 @@ from ticketagent.models import EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost
 from ticketagent.pipeline.model_steps import item_ticket
 from ticketagent.pipeline.phases import (
+    TaskToWrite,
     done_locks_task,
     item_fail,
     item_hand_back,
@@ -180,15 +181,18 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
     throw it away: the phase is taken again within the lease (above)."""
     skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)  # (a rehearsal never gets here)
     # the task locked first when the item leaves in a way that writes it: it fails or waits for review, or it is
-    # done and ends a run of failures
-    locked = result.state != EffectState.COMMITTED or (after is None and done_locks_task(run))
+    # done and ends a run of failures (held as it is if it may end done: `phase(ends=True)`)
+    ends = result.state == EffectState.COMMITTED and after is None
+    locked = result.state != EffectState.COMMITTED or (ends and done_locks_task(run))
     give_up_at, pause = None, OUTCOME_RETRY_FIRST_PAUSE
     while True:
         kept = replace(run)  # the phase moves `run` on as it writes: put back if it did not commit
         try:
-            ours = _outcome_phase(run, task, step, intent, effect, result, locked=locked, skipped=skipped,
-                                  after=after)
+            ours = _outcome_phase(run, task, step, intent, effect, result, locked=locked, ends=ends,
+                                  skipped=skipped, after=after)
             break
+        except TaskToWrite:  # an item of the task failed since the last phase: this success ends that run
+            locked = True
         except TRANSIENT_DB_ERRORS as exc:
             for name in (f.name for f in fields(run)):
                 setattr(run, name, getattr(kept, name))
@@ -206,10 +210,10 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
 
 
 def _outcome_phase(run: ItemRun, task: Task, step: str, intent: Intent, effect: Effect, result, *, locked: bool,
-                   skipped: list, after: int | None) -> bool:
+                   ends: bool, skipped: list, after: int | None) -> bool:
     """The outcome's phase (`phase_outcome`); True when the outcome was this attempt's to record."""
     try:
-        with phase(run, task=locked):
+        with phase(run, task=locked, ends=ends):
             ours = outcome_record(intent, effect, result)
             if ours:
                 _after_outcome(run, task, step, effect, skipped, after)
