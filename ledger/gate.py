@@ -155,6 +155,7 @@ def _retry(existing: Effect, intent: Intent) -> Effect:
                 f"({existing.idempotency_key[:12]}) did not happen")
         existing.idempotency_key, existing.payload, existing.payload_hash = intent.key, intent.payload, intent.p_hash
         existing.payload_summary = intent.summary
+        existing.authorized_by = ""  # an approval of the earlier payload is not one of this
     existing.state = EffectState.INTENT
     existing.attempts += 1
     existing.claim_token = intent.claim_token

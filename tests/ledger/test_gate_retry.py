@@ -80,14 +80,18 @@ class TestAFailedSlot:
     row (its new key), exactly once; a slot whose effect happened, or may have, still blocks it as a conflict."""
 
     def test_takes_a_new_payload_on_the_same_row(self, sandbox, lookups):
+        from ledger.gate import effect_run
+
         sandbox.set_faults(error_next={"notify": 1}, error_status=422)
-        first = run_notify().effect
+        first = effect_run(action="notify_customer", payload=NOTIFY, owner_task="t1", owner_item="i1",
+                           owner_step="notify_customer", claim_token="worker-a", authorized_by="approved by alice").effect
         assert first.state == EffectState.FAILED
         retry = run_notify(REGENERATED, claim_token="worker-b")
         assert (retry.called, retry.blocked, retry.state) == (True, "", EffectState.COMMITTED)
         effect = Effect.objects.get()
         assert (effect.pk, effect.attempts, effect.claim_token) == (first.pk, 2, "worker-b")
         assert effect.idempotency_key != first.idempotency_key and effect.payload == REGENERATED
+        assert effect.authorized_by == "", "an approval of the payload that did not happen is not this one's"
         assert lookups == [effect.idempotency_key], "the retry looked its own key up before writing"
         assert [d["key"] for d in sandbox.deliveries(endpoint="notify")] == [effect.idempotency_key]
         retry_note = effect.transitions.get(event="EFFECT_RETRY").note
