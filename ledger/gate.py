@@ -127,8 +127,12 @@ def _held_already(intent: Intent) -> Recorded:
         existing = Effect.objects.select_for_update(no_key=True).filter(_by_slot(intent.slot)).first()
     if existing is None:
         raise IntegrityError(f"the ledger refused the intent {intent.key} but holds no row with its key or slot")
+    if existing.state == EffectState.FAILED:
+        # The slot's payload provably did not happen (e.g. an item moved to a
+        # newer playbook decides again): the new payload takes its row, once.
+        return Recorded(_retry(existing, intent))
     # Same slot, other payload: a regenerated decision must not become a
-    # second action. Blocked and shown, whatever the state.
+    # second action. Blocked and shown, whatever else its state.
     _record_blocked(existing, BlockedDuplicate.Kind.CONFLICT, intent)
     return Recorded(existing, BlockedDuplicate.Kind.CONFLICT)
 
@@ -142,8 +146,16 @@ def _by_slot(slot: str) -> Q:
 
 
 def _retry(existing: Effect, intent: Intent) -> Effect:
-    """The same row and key, attempt + 1, back to `intent` under this caller's token."""
+    """The same row, attempt + 1, back to `intent` under this caller's token: with the same key, or -- the row
+    holds the slot with a payload that did not happen -- with this intent's payload and key."""
     from_state = existing.state
+    note = f"attempt {existing.attempts + 1} with the same key"
+    if existing.idempotency_key != intent.key:
+        note = (f"attempt {existing.attempts + 1} with a new payload and key: the slot's earlier payload "
+                f"({existing.idempotency_key[:12]}) did not happen")
+        existing.idempotency_key, existing.payload, existing.payload_hash = intent.key, intent.payload, intent.p_hash
+        existing.payload_summary = intent.summary
+        existing.authorized_by = ""  # an approval of the earlier payload is not one of this
     existing.state = EffectState.INTENT
     existing.attempts += 1
     existing.claim_token = intent.claim_token
@@ -152,8 +164,7 @@ def _retry(existing: Effect, intent: Intent) -> Effect:
     existing.last_error = ""
     existing.authorized_by = intent.authorized_by or existing.authorized_by
     existing.save()
-    record_transition(existing, from_state, "EFFECT_RETRY", actor=intent.claim_token,
-                      note=f"attempt {existing.attempts} with the same key")
+    record_transition(existing, from_state, "EFFECT_RETRY", actor=intent.claim_token, note=note)
     return existing
 
 

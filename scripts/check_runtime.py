@@ -9,8 +9,8 @@
 
 The product's modules are what `make run`, `make model` and the Procfile run: `ticketagent/`, `ledger/`,
 `sandbox/`, `ops/` but for the benchmarks (`ops/bench/`, which `make bench` runs with requirements-dev.txt), and
-`scripts/run.py`, `admin_user.py`, `ensure_redis.py`, `model.py`. An import inside `try: … except ImportError` is optional and not
-counted. Exit 1 with one line per problem, naming the module and the library.
+`scripts/run.py`, `admin_user.py`, `ensure_redis.py`, `model.py`. An import inside `try: … except ImportError`
+is optional and not counted. Exit 1 with one line per problem, naming the module and the library.
 """
 
 from __future__ import annotations

@@ -12,14 +12,20 @@ A connection that cannot be opened is tried again with back-off (nothing
 left this process), for as long as the caller's deadline leaves room for
 the answer (`ledger.channels.base.CallDeadline`); the deadline is asked
 once more right before the request's bytes leave, and `Expired` raised when
-it has passed -- the last check before the point of no return.
+it has passed -- the last check before the point of no return. From then
+on the request and its whole answer are bounded together, by the read
+timeout and the caller's deadline (`_AnswerBy`): a socket's own timeout
+bounds each read, and an answer that trickles in a byte at a time would
+outlive both, and the lease the caller checked for them.
 """
 
 import base64
 import http.client
+import io
 import json
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from urllib.parse import urlsplit
 
 from ledger.channels.base import CallResult, Cause, committed, current_deadline, failed, unknown
@@ -63,6 +69,41 @@ class Answer:
 
     def header(self, name: str, default: str = "") -> str:
         return self.headers.get(name.lower(), default)
+
+
+class _AnswerBy(io.RawIOBase):
+    """The bytes of an answer, read from `raw` (the socket's own reader, which keeps it open for the answer)
+    with each read of `sock` waiting at most until `ends_at` (monotonic); past it, `TimeoutError` (an
+    `OSError`, as a socket's own timeout is)."""
+
+    def __init__(self, sock, raw, ends_at: float, bound: float):
+        self.sock, self.raw, self.ends_at, self.bound = sock, raw, ends_at, bound
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        left = self.ends_at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no complete answer within {self.bound:.1f} s")
+        self.sock.settimeout(left)
+        try:
+            return self.raw.readinto(buffer)
+        except TimeoutError:
+            raise TimeoutError(f"no complete answer within {self.bound:.1f} s") from None
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+class _ResponseBy(http.client.HTTPResponse):
+    """http.client's answer, its socket read through `_AnswerBy` (the connection's `response_class`: the one
+    hook http.client has for how an answer is read)."""
+
+    def __init__(self, sock, *args, ends_at: float, bound: float, **kwargs):
+        super().__init__(sock, *args, **kwargs)
+        self.fp = io.BufferedReader(_AnswerBy(sock, self.fp.detach(), ends_at, bound))  # nothing read yet
 
 
 class HttpClient:
@@ -129,6 +170,12 @@ class HttpClient:
             deadline.room_to_send(self.read_timeout, what)
             if method in WRITE_METHODS:
                 deadline.writes_sent += 1
+            # the request and its whole answer, by the read timeout (within the caller's deadline, checked above)
+            ends_at = time.monotonic() + self.read_timeout
+            if deadline.deadline is not None:
+                ends_at = min(ends_at, deadline.deadline)
+            conn.sock.settimeout(max(ends_at - time.monotonic(), 0.001))  # all of a send, since Python 3.5
+            conn.response_class = partial(_ResponseBy, ends_at=ends_at, bound=self.read_timeout)
             try:
                 conn.request(method, urlsplit(self.base_url).path.rstrip("/") + path, data, self.headers(extra))
                 resp = conn.getresponse()

@@ -4,6 +4,9 @@ open; the outcome's phase carries the step's recovery point and the next effect'
 task paused during a call gets the item back without the next intent; a next intent whose slot is taken
 meanwhile is blocked as a conflict, nothing sent."""
 
+import time
+
+import psycopg
 import pytest
 from django.db import connection, transaction
 
@@ -120,3 +123,43 @@ class TestAnEffectStep:
         assert (effect.owner_step, effect.state) == ("save_draft", EffectState.COMMITTED), "the outcome is the truth"
         assert Checkpoint.objects.get(item=item).cursor == STEP_NAMES.index("save_draft")
         assert not Event.objects.filter(item=item, type=EventType.STEP_DONE, payload__step="save_draft").exists()
+
+    def test_whose_outcome_meets_a_lost_database_session_records_it_again(self, sandbox, queue, monkeypatch,
+                                                                         caplog):
+        """The worker's database session ends while notify_customer is called (a restart, a failover, a
+        proxy's cut): the outcome, known in the worker's memory, is recorded by a retry within the lease
+        (fenced by the claim token) -- not left for recovery to turn into an unknown."""
+        item = make_task(1).items.get()
+        ended = []
+
+        def end_session(step):
+            if step == "notify_customer" and not ended:
+                ended.append(session_ended(connection))
+
+        Crossings(monkeypatch, after_perform=end_session)
+        assert run(item) == "done"
+        assert ended == [True]
+        assert [r.getMessage().split(": ", 1)[0] for r in caplog.records if "recorded again" in r.getMessage()] == [
+            f"item {item.pk}"], "the first try met the ended session"
+        effects = Effect.objects.filter(owner_item=item.ref).order_by("id")
+        assert list(effects.values_list("owner_step", "state")) == [(step, EffectState.COMMITTED) for step in CHOSEN]
+        notify = effects.get(owner_step="notify_customer")
+        assert list(notify.transitions.values_list("event", flat=True)) == ["EFFECT_INTENT", "EFFECT_COMMITTED"]
+        assert sandbox.counts()["by_endpoint"]["notify"] == 1
+        assert Item.objects.get(pk=item.pk).status == ItemStatus.DONE
+
+
+def session_ended(conn) -> bool:
+    """End the database session of `conn` from another one, and wait until the server has ended it."""
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    params = conn.get_connection_params()
+    with psycopg.connect(**{k: v for k, v in params.items() if k not in ("cursor_factory", "context")},
+                         autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+        for _ in range(300):
+            if not other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+                return True
+            time.sleep(0.1)
+    return False

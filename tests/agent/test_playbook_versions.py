@@ -3,6 +3,7 @@ go-live executes the rehearsed decisions without asking the model again."""
 
 import pytest
 
+from ledger.models import BlockedDuplicate, Effect, EffectState
 from ticketagent.eventlog.replay import task_replay_diff
 from ticketagent.models import EventType, ItemStatus, Task, TaskStatus
 from ticketagent.playbooks.services import draft_open, draft_update, playbook_import, version_publish
@@ -90,3 +91,37 @@ def test_go_live_makes_no_model_call_for_unchanged_tickets_and_one_decision_for_
     assert live.items.get(ticket_id=rows[0].ticket_id).events.filter(type=EventType.PLAN_CARRIED).exists()
     assert sandbox.counts()["by_endpoint"]["notify"] == 3
     assert task_replay_diff(live.pk) == []
+
+
+def test_a_moved_item_whose_notification_failed_sends_the_new_one_once(workers, sandbox):
+    """A `once` effect that failed provably did not happen: after a move, the regenerated payload for its slot
+    goes out (once), on the same ledger row -- not a conflict with the payload that never went out."""
+    spec = standard_spec().model_dump(mode="json")
+    no_draft = [{"name": "No drafts", "when": ["category is billing"], "forbid": ["save_draft"]}]
+    v1 = version_publish(version_id=playbook_import(data={**spec, "name": "Moving", "rules": no_draft}).pk)
+    sandbox.set_faults(error_status=422, error_rate={"notify": 1.0})
+    task = make_task(2, playbook_version=v1, failure_threshold=5)
+    assert workers.burst() == 0, workers.logs()
+    failed = list(Effect.objects.filter(owner_task=str(task.pk), owner_step="notify_customer")
+                  .values_list("owner_item", "idempotency_key"))
+    assert len(failed) == 2 and not Effect.objects.filter(owner_task=str(task.pk)).exclude(
+        state=EffectState.FAILED).exists(), "each item failed at its notification, nothing else was sent"
+    assert set(task.items.values_list("status", flat=True)) == {ItemStatus.FAILED}
+
+    sandbox.clear_faults()
+    v2 = version_publish(version_id=draft_update(
+        version_id=draft_open(playbook_id=v1.playbook_id).pk,
+        changes={"reply": {**spec["reply"], "signature": V2_SIGNATURE}}).pk)
+    assert task_move_version(task_id=task.pk, version_id=v2.pk, actor="alice") == 2
+    task_resume(task_id=task.pk, actor="alice")
+    assert workers.burst() == 0, workers.logs()
+
+    assert list(task.items.values_list("status", "last_error")) == [(ItemStatus.DONE, "")] * 2
+    assert not BlockedDuplicate.objects.filter(owner_task=str(task.pk)).exists()
+    for owner_item, old_key in failed:
+        effect = Effect.objects.get(owner_item=owner_item, owner_step="notify_customer")
+        assert (effect.state, effect.attempts) == (EffectState.COMMITTED, 2)
+        assert effect.idempotency_key != old_key and effect.payload["body"]["body"].endswith(V2_SIGNATURE)
+        assert [d["key"] for d in sandbox.deliveries(endpoint="notify", ticket=effect.payload["ticket"])] == [
+            effect.idempotency_key], "the new notification reached the helpdesk once"
+    assert task_replay_diff(task.pk) == [], "replay follows the row to its new payload"

@@ -7,6 +7,7 @@ from django.db.models import Count
 from ledger.models import Effect, EffectState
 from ticketagent.eventlog.replay import task_replay_diff
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.services.tasks import task_cancel
 
 from ..conftest import wait_for
 from ..factories import make_task
@@ -87,3 +88,27 @@ def test_redis_emptied_mid_task_loses_nothing_and_runs_nothing_twice(workers, sa
     assert sandbox.counts()["duplicates"] == 0
     assert task_replay_diff(task.pk) == []
 
+
+
+def test_an_item_of_a_cancelled_task_whose_worker_died_ends_skipped(workers, sandbox):
+    """The worker died inside a call, then the task was cancelled: the sweep takes the item over and ends it as
+    its worker would have at its next step -- skipped -- instead of queueing it for a task that never runs again."""
+    sandbox.set_faults(latency_ms=1500)
+    task = make_task(1)
+    item = task.items.get()
+    [victim] = workers.start(1)
+    wait_for(lambda: Effect.objects.filter(owner_item=str(item.pk), state=EffectState.INTENT).exists(),
+             timeout=30, message="the worker to be inside an effect call")
+    workers.kill(victim)
+    task_cancel(task_id=task.pk, actor="alice")
+    assert Item.objects.get(pk=item.pk).status == ItemStatus.RUNNING, "a cancel skips only the queued items"
+    workers.start_recovery()
+    wait_for(lambda: Event.objects.filter(item=item, type=EventType.RECOVERED).exists(), timeout=30,
+             message="the sweep to take the item over")
+    item.refresh_from_db()
+    assert (item.status, item.last_error, item.lease_token) == (ItemStatus.SKIPPED, "task cancelled", "")
+    assert item.finished_at is not None
+    assert Event.objects.filter(item=item, type=EventType.ITEM_SKIPPED).count() == 1
+    assert not Event.objects.filter(item=item, type=EventType.ITEM_REQUEUED).exists()
+    assert Effect.objects.get(owner_item=str(item.pk)).state != EffectState.INTENT, "its intent left for reconcile"
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.CANCELLED

@@ -7,9 +7,9 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from ledger.models import Effect, EffectState
+from ledger.models import BlockedDuplicate, Effect, EffectState
 
-from .helpers import run_notify
+from .helpers import NOTIFY, run_notify
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,3 +70,43 @@ class TestARetryReusesTheRow:
         retry = run_notify({"ticket": "T-1", "body": {"to": "a@example.com", "subject": "s", "body": "b"}},
                            claim_token="worker-b")
         assert retry.called and retry.effect.authorized_by == "approved by alice"
+
+
+REGENERATED = {**NOTIFY, "body": {**NOTIFY["body"], "body": "A regenerated draft, under a newer playbook."}}
+
+
+class TestAFailedSlot:
+    """A `once` effect that failed provably did not happen: another payload for its slot goes out, on the same
+    row (its new key), exactly once; a slot whose effect happened, or may have, still blocks it as a conflict."""
+
+    def test_takes_a_new_payload_on_the_same_row(self, sandbox, lookups):
+        from ledger.gate import effect_run
+
+        sandbox.set_faults(error_next={"notify": 1}, error_status=422)
+        first = effect_run(action="notify_customer", payload=NOTIFY, owner_task="t1", owner_item="i1",
+                           owner_step="notify_customer", claim_token="worker-a", authorized_by="approved by alice").effect
+        assert first.state == EffectState.FAILED
+        retry = run_notify(REGENERATED, claim_token="worker-b")
+        assert (retry.called, retry.blocked, retry.state) == (True, "", EffectState.COMMITTED)
+        effect = Effect.objects.get()
+        assert (effect.pk, effect.attempts, effect.claim_token) == (first.pk, 2, "worker-b")
+        assert effect.idempotency_key != first.idempotency_key and effect.payload == REGENERATED
+        assert effect.authorized_by == "", "an approval of the payload that did not happen is not this one's"
+        assert lookups == [effect.idempotency_key], "the retry looked its own key up before writing"
+        assert [d["key"] for d in sandbox.deliveries(endpoint="notify")] == [effect.idempotency_key]
+        retry_note = effect.transitions.get(event="EFFECT_RETRY").note
+        assert retry_note.startswith("attempt 2 with a new payload and key")
+        assert not BlockedDuplicate.objects.exists()
+
+        again = run_notify(NOTIFY, claim_token="worker-c")  # the first payload, once more: the slot is taken now
+        assert (again.called, again.blocked) == (False, "conflict")
+        assert sandbox.counts()["by_endpoint"]["notify"] == 1
+
+    @pytest.mark.parametrize("state", [EffectState.UNKNOWN, EffectState.SKIPPED])
+    def test_that_may_have_happened_still_blocks_another_payload(self, sandbox, state):
+        first = run_notify().effect
+        Effect.objects.filter(pk=first.pk).update(state=state)
+        second = run_notify(REGENERATED, claim_token="worker-b")
+        assert (second.called, second.blocked) == (False, "conflict")
+        assert Effect.objects.get().idempotency_key == first.idempotency_key
+        assert sandbox.counts()["by_endpoint"]["notify"] == 1

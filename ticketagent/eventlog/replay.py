@@ -25,6 +25,7 @@ def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).con
     """`events`: dicts with type, payload and item (as exported in JSONL)."""
     checkpoints: dict[int, dict] = {}
     effects: dict[str, dict] = {}
+    keys: dict[int, str] = {}  # an effect's current key, by its id: a failed slot's row retried with a new payload
     blocked = 0
     for event in events:
         kind, payload, item = event["type"], event["payload"], event.get("item")
@@ -49,7 +50,11 @@ def replay(events: Iterable[dict], blob=lambda ref: Blob.objects.get(pk=ref).con
         elif kind.startswith("EFFECT_") or kind == "REVIEWED":
             if kind == "EFFECT_BLOCKED":
                 blocked += 1
-            effects[payload["key"]] = {f: payload.get(f) for f in EFFECT_FIELDS}
+            effect_id, key = payload.get("effect_id"), payload["key"]
+            if effect_id is not None:
+                effects.pop(keys.get(effect_id, key), None)  # the row's key before (the same, or a retry's old one)
+                keys[effect_id] = key
+            effects[key] = {f: payload.get(f) for f in EFFECT_FIELDS}
     return {"checkpoints": checkpoints, "effects": effects, "blocked_duplicates": blocked}
 
 

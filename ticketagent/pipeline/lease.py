@@ -59,18 +59,34 @@ class Lease:
     was *sent* (not when its answer came): the database wrote a deadline at
     least LEASE_SECONDS after that, so the lease is valid until
     `confirmed_at + LEASE_SECONDS` whatever happened since -- a pause, a
-    stalled answer. `in_doubt` is set by a heartbeat that failed: the worker
-    then calls nothing more and hands the item back."""
+    stalled answer. `in_doubt` is set by a heartbeat round that failed
+    (`doubt()`): no call is made on the strength of an older confirmation;
+    a renewal sent after it (the next round's, or the worker's own before
+    its call) clears it (`confirmed()`)."""
 
     def __init__(self, item_id: int, token: str, confirmed_at: float):
         self.item_id, self.token = item_id, token
         self.confirmed_at = confirmed_at
         self.in_doubt = ""
+        self.doubted_at = 0.0  # when (monotonic) the doubt was raised
         self.lost = False
         self._lock = threading.Lock()
 
     def valid_until(self) -> float:
         return self.confirmed_at + settings.LEASE_SECONDS
+
+    def doubt(self, why: str) -> None:
+        """A heartbeat round failed: whether it renewed the lease is not known."""
+        with self._lock:
+            self.in_doubt, self.doubted_at = why, time.monotonic()
+
+    def confirmed(self, sent: float) -> None:
+        """A statement sent at `sent` (monotonic) renewed the lease: it is valid until `sent + LEASE_SECONDS`,
+        and a doubt raised before it was sent is cleared."""
+        with self._lock:
+            self.confirmed_at = max(self.confirmed_at, sent)
+            if self.in_doubt and sent > self.doubted_at:
+                self.in_doubt = ""
 
     def renew(self) -> bool:
         """One statement: extend the lease if it is still ours. True when it was."""
@@ -80,24 +96,23 @@ class Lease:
         if not n:
             self.lost = True
             return False
-        with self._lock:
-            self.confirmed_at = max(self.confirmed_at, sent)
+        self.confirmed(sent)
         return True
 
     def ensure(self, call_seconds: float) -> float:
         """Before a call of up to `call_seconds`: the time (monotonic) by which
         it must be over, the lease known valid until then -- renewed first
-        (one round trip) only when the last confirmation is too old. Raises
-        `LeaseLost` when the lease is gone, `LeaseInDoubt` when a heartbeat
-        failed or the renewal's answer came back too late for the call."""
+        (one round trip) when the last confirmation is too old or a heartbeat
+        failed since. Raises `LeaseLost` when the lease is gone, `LeaseInDoubt`
+        when the renewal's answer came back too late for the call."""
         margin = settings.LEASE_MARGIN_SECONDS
-        if self.in_doubt:
-            raise LeaseInDoubt(f"item {self.item_id}: {self.in_doubt}")
         if self.lost:
             raise LeaseLost(f"item {self.item_id}: lease {self.token[:8]} was taken over")
-        if time.monotonic() + call_seconds + margin > self.valid_until():
+        if self.in_doubt or time.monotonic() + call_seconds + margin > self.valid_until():
             if not self.renew():
                 raise LeaseLost(f"item {self.item_id}: lease {self.token[:8]} was taken over")
+            if self.in_doubt:  # another round failed after the renewal was sent
+                raise LeaseInDoubt(f"item {self.item_id}: {self.in_doubt}")
             if time.monotonic() + call_seconds + margin > self.valid_until():
                 raise LeaseInDoubt(f"item {self.item_id}: the lease's renewal answered too late for a "
                                    f"{call_seconds:.1f} s call")
@@ -112,8 +127,9 @@ class Heartbeats:
     lease. Every HEARTBEAT_SECONDS the leases registered here are extended
     together -- those still ours: the item still running under that token
     -- and each learns its answer: renewed since the statement was sent
-    (`confirmed_at`), lost, or in doubt when the round failed (the item's
-    worker then calls nothing more and hands it back). A stalled database
+    (`confirmed_at`, clearing a doubt raised before), lost, or in doubt when
+    the round failed (the item's worker then confirms its lease before its
+    next call, and hands the item back if it cannot). A stalled database
     stalls the round: no lease is confirmed meanwhile, so each one's own
     deadline (`Lease.ensure()`) stops the calls in time."""
 
@@ -145,8 +161,8 @@ class Heartbeats:
                 leases_renew(leases)
             except Exception as exc:  # noqa: BLE001 - each worker hands its item back before its next call
                 for lease in leases:
-                    lease.in_doubt = f"a heartbeat failed ({type(exc).__name__})"
-                log.warning("lease heartbeat for %d item(s) failed: they are handed back before their next call",
+                    lease.doubt(f"a heartbeat failed ({type(exc).__name__})")
+                log.warning("lease heartbeat for %d item(s) failed: each is confirmed before its next call",
                             len(leases), exc_info=True)
                 close_old_connections()
                 connection.close()
@@ -169,8 +185,7 @@ def leases_renew(leases: list[Lease]) -> None:
                .values_list("lease_token", flat=True)) if skipped else set()
     for lease in leases:
         if lease.token in renewed:
-            with lease._lock:
-                lease.confirmed_at = max(lease.confirmed_at, sent)
+            lease.confirmed(sent)
         elif lease.token not in held:
             lease.lost = True
 

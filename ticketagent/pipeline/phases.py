@@ -6,12 +6,14 @@ a phase that writes the task (an item failed, waiting for a person or handed
 back; a success that ends a run of failures; a budget spent), locks the task
 first -- one lock order everywhere: the task, then the item. A step's phase
 locks only the item and reads the task's status, so a pause or cancel that
-commits meanwhile is seen at the next step. So does the end of an item done
-(nothing of the task's to write): the task is finished after its commit by
-whoever finds no item of it left to run (`task_finish_if_idle`), so the
-items of a task never queue behind each other's ends; the lease only holds
-the task (`FOR SHARE`), so they do not queue behind each other's starts
-either.
+commits meanwhile is seen at the next step. A phase in which the item may
+end done holds the task as it is (`FOR SHARE`): no item of the task fails
+while it ends, so it knows whether it ends a run of failures, and only then
+is it taken again with the task locked to write it. Otherwise it writes
+nothing of the task's: the task is finished after its commit by whoever
+finds no item of it left to run (`task_finish_if_idle`), so the items of a
+task never queue behind each other's ends; the lease holds the task the
+same way, so they do not queue behind each other's starts either.
 """
 
 import logging
@@ -48,23 +50,34 @@ from ticketagent.signals import item_started
 log = logging.getLogger(__name__)
 
 
+class TaskToWrite(Exception):
+    """A phase holding its task as it is found it must write it after all: nothing was written, and the phase
+    is taken again with the task locked."""
+
+
 @contextmanager
-def phase(run: ItemRun, *, task: bool = False):
+def phase(run: ItemRun, *, task: bool = False, ends: bool = False):
     """One transaction holding the item under this worker's lease (`LeaseLost`
     if it was taken over); with `task`, the task locked first (`run.locked`:
-    the task and the item). `run.task_status` is the task's status as read."""
+    the task and the item). `run.task_status` is the task's status as read.
+
+    With `ends` (the item may end done in this phase) and not `task`, the
+    task is held as it is first (`FOR SHARE`): no item of it fails until this
+    phase commits, so `run.task_failures` is the run this success would end.
+    If there is one, `TaskToWrite` is raised before anything is written: the
+    caller takes the phase again with `task`."""
     with transaction.atomic():
         if task:
             run.locked = lock_task_and_item(run.item.pk, run.token)
             run.task_status, run.task_failures = run.locked[0].status, run.locked[0].consecutive_failures
         else:
             run.locked = None
+            if ends:
+                task_lock(run.item.pk, hold=True)
             lock_item(run)
+            if ends and run.task_failures:
+                raise TaskToWrite(f"item {run.item.pk}: a success here ends its task's run of failures")
         yield run
-
-
-class _TaskWrite(Exception):
-    """The lease, holding its task as it is, found it must write it after all."""
 
 
 def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
@@ -80,7 +93,7 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
     is kept and the lease is taken again with the task locked to write."""
     try:
         return _lease_acquire(item_id, attempt, token, write=False)
-    except _TaskWrite:
+    except TaskToWrite:
         return _lease_acquire(item_id, attempt, token, write=True)
 
 
@@ -106,7 +119,7 @@ def _lease_acquire(item_id: int, attempt: int, token: str, *, write: bool):
         elif item.status != ItemStatus.QUEUED:
             return f"item is {item.status}", None, None
         if task.status == TaskStatus.QUEUED and not write:
-            raise _TaskWrite
+            raise TaskToWrite
         checkpoint = getattr(item, "checkpoint", None)
         if checkpoint is None:
             # Only the lease holder creates an item's checkpoint, under the
@@ -122,7 +135,7 @@ def _lease_acquire(item_id: int, attempt: int, token: str, *, write: bool):
         item.status = ItemStatus.RUNNING
         if checkpoint.input_hash != item.input_hash():
             if not write:
-                raise _TaskWrite
+                raise TaskToWrite
             item_fail_locked(task, item, kind="input_changed",
                               message="the ticket changed since its checkpoint was written; not continued")
             return "input changed", None, None
@@ -149,7 +162,7 @@ def _needs_migration(task: Task, item: Item, checkpoint: Checkpoint, *, write: b
             and playbook_format in SUPPORTED_FORMATS):
         return False
     if not write:
-        raise _TaskWrite
+        raise TaskToWrite
     reason = (f"item {item.ticket_id}: checkpoint has plan v{checkpoint.plan_version} / schema "
               f"v{checkpoint.schema_version} / playbook format {playbook_format}; this code runs plan "
               f"v{PLAN_VERSION} / schema v{SCHEMA_VERSION} / playbook formats "
@@ -213,18 +226,18 @@ def item_requeue(run: ItemRun, *, why: str) -> None:
 
 
 def done_locks_task(run: ItemRun) -> bool:
-    """Whether the phase in which the item ends done locks its task first: only to end a run of failures (an
-    item that ends otherwise -- failed, waiting for a person -- always does)."""
+    """Whether the phase in which the item ends done locks its task first: only to end a run of failures, as
+    the last phase read it (an item that ends otherwise -- failed, waiting for a person -- always does; one
+    that failed since is found by the phase, `phase(ends=True)`)."""
     return run.task_failures > 0
 
 
 def item_stop(run: ItemRun, *, status: str, event_type: str, reason: str) -> None:
-    """Inside a phase (holding the task unless done and not `done_locks_task()`): the item leaves
-    this worker as `status` -- waiting for a person, or done -- with its
-    event. With the task held, a success ends its run of failures and the
+    """Inside a phase (the task locked, or for an item done with no run of failures to end, held as it is:
+    `phase(ends=True)`): the item leaves this worker as `status` -- waiting for a person, or done -- with
+    its event. With the task locked, a success ends its run of failures and the
     task may finish here; without, nothing of the task's is written and its
-    finish is looked for once the item's end has committed (if the task had
-    a failure after this phase read it, this success does not end its run)."""
+    finish is looked for once the item's end has committed."""
     _record_pending(run)
     _item_leaves(run, status=status, last_error=reason[:4000],
                  **({"finished_at": timezone.now()} if status == ItemStatus.DONE else {}))
@@ -268,8 +281,12 @@ def phase_wait(run: ItemRun, *, status, reason, event_type):
 
 
 def phase_done(run: ItemRun):
-    with phase(run, task=done_locks_task(run)):
-        item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
+    try:
+        with phase(run, task=done_locks_task(run), ends=True):
+            item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
+    except TaskToWrite:  # an item of the task failed since the last phase: this success ends that run
+        with phase(run, task=True):
+            item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
 
 
 # A step's output up to this size (as JSON) is carried by its event; a bigger

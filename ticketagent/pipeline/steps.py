@@ -5,7 +5,11 @@ ticket, so a re-run builds the same payload, the same key, and is blocked by
 the ledger instead of acting twice.
 """
 
-from django.db import transaction
+import logging
+import time
+from dataclasses import fields, replace
+
+from django.db import InterfaceError, OperationalError, connection, transaction
 
 from ledger.channels import get_channel
 from ledger.channels.base import CallResult, Cause, Channel
@@ -19,13 +23,13 @@ from ticketagent.models import Approval, EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import ItemRun, LeaseInDoubt, LeaseLost
 from ticketagent.pipeline.model_steps import item_ticket
 from ticketagent.pipeline.phases import (
+    TaskToWrite,
     done_locks_task,
     item_fail,
     item_hand_back,
     item_requeue,
     item_stop,
     phase,
-    phase_fail,
     phase_wait,
     record_steps,
     stop_if_task_stopped,
@@ -40,6 +44,8 @@ from ticketagent.plan import (
     effect_holds,
     effect_payload,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _origin_effect(item: Item, step: str) -> Effect | None:
@@ -178,6 +184,15 @@ def run_effect_step(step: str, run: ItemRun, task: Task):
     return RECORDED
 
 
+# A database error that passes -- the session ended (a restart, a failover, a cut link), a statement or a lock
+# timed out, a deadlock -- while an outcome is recorded: the outcome is known in this worker's memory, so its
+# phase is taken again, fenced like the first by the lease and the claim token, after a pause growing to the
+# longest below, for as long as the lease confirmed before the error holds. After that the sweep takes the item
+# over and the effect is unknown (reconcile or review).
+TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
+OUTCOME_RETRY_FIRST_PAUSE, OUTCOME_RETRY_LONGEST_PAUSE = 0.2, 2.0
+
+
 def _call(run: ItemRun, step: str, intent: Intent, effect: Effect) -> CallResult:
     """The effect's call, in its channel's turn (`channel_turn`: while the channel's system is down, one
     caller probes it and the others wait), the lease known valid for the whole call. A wait that ran out
@@ -205,13 +220,43 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
 
     The outcome is the truth and is recorded even when the lease is gone
     (the gate writes it only if the row is still this attempt's); nothing of
-    the item's is, and the worker stops."""
+    the item's is, and the worker stops. A transient database error does not
+    throw it away: the phase is taken again within the lease (above)."""
     skipped, after = steps_ahead(STEP_NAMES.index(step) + 1, run.outputs)  # (a rehearsal never gets here)
     # the task locked first when the item leaves in a way that writes it: it fails or waits for review, or it is
-    # done and ends a run of failures
-    locked = result.state != EffectState.COMMITTED or (after is None and done_locks_task(run))
+    # done and ends a run of failures (held as it is if it may end done: `phase(ends=True)`)
+    ends = result.state == EffectState.COMMITTED and after is None
+    locked = result.state != EffectState.COMMITTED or (ends and done_locks_task(run))
+    give_up_at, pause = None, OUTCOME_RETRY_FIRST_PAUSE
+    while True:
+        kept = replace(run)  # the phase moves `run` on as it writes: put back if it did not commit
+        try:
+            ours = _outcome_phase(run, task, step, intent, effect, result, locked=locked, ends=ends,
+                                  skipped=skipped, after=after)
+            break
+        except TaskToWrite:  # an item of the task failed since the last phase: this success ends that run
+            locked = True
+        except TRANSIENT_DB_ERRORS as exc:
+            for name in (f.name for f in fields(run)):
+                setattr(run, name, getattr(kept, name))
+            connection.close_if_unusable_or_obsolete()  # a session that ended is opened again by the next phase
+            if give_up_at is None:
+                give_up_at = run.lease.valid_until() if run.lease is not None else 0.0
+            if time.monotonic() + pause > give_up_at:
+                raise
+            log.warning("item %s: %s's outcome (%s) not recorded: %s; recorded again in %.1f s", run.item.pk, step,
+                        result.state, type(exc).__name__, pause)
+            time.sleep(pause)
+            pause = min(2 * pause, OUTCOME_RETRY_LONGEST_PAUSE)
+    if not ours:
+        raise LeaseLost(f"item {run.item.pk}: {step}'s effect stopped being this attempt's while it was called")
+
+
+def _outcome_phase(run: ItemRun, task: Task, step: str, intent: Intent, effect: Effect, result, *, locked: bool,
+                   ends: bool, skipped: list, after: int | None) -> bool:
+    """The outcome's phase (`phase_outcome`); True when the outcome was this attempt's to record."""
     try:
-        with phase(run, task=locked):
+        with phase(run, task=locked, ends=ends):
             ours = outcome_record(intent, effect, result)
             if ours:
                 _after_outcome(run, task, step, effect, result.cause, skipped, after)
@@ -221,8 +266,7 @@ def phase_outcome(run: ItemRun, task: Task, step: str, intent: Intent, effect: E
         with transaction.atomic():
             outcome_record(intent, effect, result)
         raise
-    if not ours:
-        raise LeaseLost(f"item {run.item.pk}: {step}'s effect stopped being this attempt's while it was called")
+    return ours
 
 
 def _after_outcome(run: ItemRun, task: Task, step: str, effect: Effect, cause: str, skipped: list,
@@ -277,9 +321,6 @@ def _held_answer(step: str, run: ItemRun, recorded):
         return summary
     if effect.state == EffectState.SKIPPED:
         return {**summary, "skipped": f"review decided to skip ({effect.reviewed_by})"}
-    if effect.state == EffectState.FAILED:  # a failed row holding the slot: another payload's
-        phase_fail(run, kind="conflict", message=f"{step}: slot taken by another payload (conflict)")
-        return WAIT
     phase_wait(run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
                reason=f"{step}: outcome unknown — {effect.last_error or 'another attempt is in flight'}")
     return WAIT

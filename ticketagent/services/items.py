@@ -144,8 +144,12 @@ def items_requeue(task: Task, items: list[Item], *, actor: str, why: str) -> lis
     job of the item finds itself stale), an ITEM_REQUEUED event each; a task
     waiting for review runs again; the items wait in the database for the
     task's window (topped up here, sent after commit) if the task is active.
-    Returns the (item id, attempt) pairs.
+    Returns the (item id, attempt) pairs. Of a cancelled task, which never
+    runs again, the items end `skipped` instead (`_items_cancelled`).
     """
+    if task.status == TaskStatus.CANCELLED:
+        _items_cancelled(task, items, actor=actor, why=why)
+        return []
     now = timezone.now()
     for item in items:
         item.status = ItemStatus.QUEUED
@@ -170,3 +174,21 @@ def items_requeue(task: Task, items: list[Item], *, actor: str, why: str) -> lis
     if task.status in ACTIVE_TASK_STATUSES and refs:
         items_runnable.send(sender=Task, task_id=task.pk, front=False)
     return refs
+
+
+def _items_cancelled(task: Task, items: list[Item], *, actor: str, why: str) -> None:
+    """Items of a cancelled task that would go back to the queue (taken over from a dead worker, handed back,
+    released by a review): `skipped`, as their worker skips them at its next step, an ITEM_SKIPPED event each."""
+    now = timezone.now()
+    for item in items:
+        item.status = ItemStatus.SKIPPED
+        item.finished_at = item.updated_at = now
+        item.last_error = "task cancelled"
+        item.failure_kind = ""
+        item.lease_token = item.lease_owner = ""
+        item.lease_expires_at = None
+    Item.objects.bulk_update(items, ["status", "finished_at", "last_error", "failure_kind", "lease_token",
+                                     "lease_owner", "lease_expires_at", "updated_at"])
+    events_append([Event(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_SKIPPED, actor=actor,
+                         payload={"status": ItemStatus.SKIPPED, "reason": "task cancelled", "instead_of": why})
+                   for item in items])
