@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from ledger.models import EffectState, Verdict
-from ledger.services import effect_reconcile
+from ledger.services import effect_reconcile, effect_review
 from ops.rt_server import OTHER_QUEUE
 from ticketagent.channels.rt import RTChannel
 
@@ -107,3 +107,29 @@ def test_an_escalation_that_landed_in_part_is_never_failed(rt_server, rt_setting
     assert effect.state == EffectState.UNKNOWN, effect.last_reconcile
     assert "landed: Priority" in effect.last_reconcile and "not landed: Queue" in effect.last_reconcile, \
         effect.last_reconcile
+
+
+def test_a_retry_that_sends_nothing_keeps_what_the_first_attempt_may_have_done(rt_server, rt_settings, task_name):
+    """Attempt 1's status change landed (its read-back got a 503); a person judged it "did not happen";
+    attempt 2 met an RT that answered nothing but 503: its look-up could not tell and its first read failed,
+    so it sent nothing. The effect is not "failed, did not happen": it is unknown, and the look-up finds
+    attempt 1's change."""
+    rt = rt_server
+    ticket = rt.create_ticket("Attempts share what they know")
+    proxy, channel = through(rt, **FAULTS["read back 503"])
+    try:
+        first = run("set_status", ticket, task_name, channel=channel)
+    finally:
+        proxy.close()
+    assert first.state == EffectState.UNKNOWN and ticket_now(rt, ticket)["Status"] == "stalled"
+    effect_review(effect_id=first.effect.pk, verdict=Verdict.NOT_HAPPENED, reason="RT shows nothing", actor="op")
+    proxy, channel = through(rt, mode="503")
+    try:
+        second = run("set_status", ticket, task_name, lease="worker-b", channel=channel)
+    finally:
+        proxy.close()
+    assert second.called and proxy.forwarded == 0  # nothing of attempt 2 reached RT
+    assert (second.state, second.effect.attempts) == (EffectState.UNKNOWN, 2), second.effect.last_error
+    assert "attempt 2 sent nothing" in second.effect.last_error, second.effect.last_error
+    effect = effect_reconcile(effect_id=second.effect.pk, force=True)
+    assert effect.state == EffectState.COMMITTED, effect.last_reconcile
