@@ -32,11 +32,11 @@ from django.utils import timezone
 
 from ledger.actions import action_spec
 from ledger.channels import get_channel
-from ledger.channels.base import CallResult, Channel, Expired, call_deadline, committed, unknown
+from ledger.channels.base import CallResult, Channel, Expired, LookupResult, call_deadline, committed, unknown
 from ledger.clock import SETTLE_MARGIN_SECONDS
 from ledger.faults import crash_point
 from ledger.keys import Intent
-from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Effect, EffectState
+from ledger.models import SLOTTED_CLASSES, BlockedDuplicate, Effect, EffectState, Verdict
 from ledger.signals import effect_changed
 from ledger.statements import insert_intent, record_outcome, record_transition
 
@@ -195,12 +195,16 @@ def effect_perform(intent: Intent, effect: Effect, *, deadline: float | None = N
     (`CallDeadline.room_to_send`). A retry (attempt > 1) on a channel with a
     look-up looks the key up first and does not write if it is found: on a
     system that ignores keys a late write of an earlier attempt and this one
-    cannot both land (unless they fall within the look-up's own round trip)."""
+    cannot both land (unless they fall within the look-up's own round trip).
+    Attempts share what they know: when that look-up could not tell and the
+    retry then provably sent nothing, an effect with an earlier `unknown`
+    attempt stays `unknown`, never `failed` (`_earlier_attempt_in_doubt`)."""
     if _in_transaction():
         raise TransactionMisuse("effect_perform runs with no transaction open: the intent must be committed "
                                 "before the call, and no lock may be held during it")
     crash_point("after_intent")
     channel = channel or get_channel(intent.spec.channel)
+    seen = None
     with call_deadline(deadline) as call:
         try:
             if effect.attempts > 1 and channel.supports_lookup:
@@ -214,7 +218,20 @@ def effect_perform(intent: Intent, effect: Effect, *, deadline: float | None = N
                 return None
             result = unknown(f"{exc} (after {call.writes_sent} write(s) of this action had left)", answered=False)
     crash_point("after_call")
+    if result.state == EffectState.FAILED and seen is not None and seen.found is None \
+            and effect.verdict == Verdict.NOT_HAPPENED:
+        return _earlier_attempt_in_doubt(effect, result, seen)
     return result
+
+
+def _earlier_attempt_in_doubt(effect: Effect, result: CallResult, seen: LookupResult) -> CallResult:
+    """A retry that provably sent nothing, of an effect an earlier attempt of which was `unknown`
+    (judged "did not happen": the row's verdict), after a look-up that could not tell: that earlier
+    call may have landed, and the row holds the whole effect, not only this attempt. So the effect is
+    `unknown`, not `failed`: reconcile asks again, and a look-up that answers settles it. Nothing of
+    this attempt is in flight, so it may ask at once (`answered`)."""
+    return unknown(f"attempt {effect.attempts} sent nothing ({result.error}), and the look-up before it "
+                   f"could not tell whether an earlier attempt landed ({seen.detail})", answered=True)
 
 
 # --- 3. the outcome --------------------------------------------------------------------------

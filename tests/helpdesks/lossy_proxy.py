@@ -18,7 +18,14 @@ In any mode, `fault_next(fault, n, method=, path=, skip=)` faults the next `n` r
 matches the regular expression (after letting `skip` of them pass), none of them reaching RT: "503", "close" (closed
 without an answer) or "stall" (held without an answer until the client gives up).
 
-`forwarded` counts the requests that reached RT, `faulted` the requests faulted.
+
+`select(seen)`, if given, picks the requests the mode applies to; the others pass. `seen` is every request so
+far as (method, path without the query), this one last:
+
+    # the ticket read back after its change gets a 503, everything else passes
+    LossyProxy(url, mode="503", select=lambda seen: seen[-1][0] == "GET" and "PUT" in [m for m, _ in seen])
+
+`forwarded` counts the requests that reached RT, `faulted` the requests faulted, `requests` lists them all.
 """
 
 import http.client
@@ -29,11 +36,13 @@ from urllib.parse import urlsplit
 
 
 class LossyProxy:
-    def __init__(self, target: str, *, mode: str, every: int = 2):
+    def __init__(self, target: str, *, mode: str, every: int = 2, select=None):
         parts = urlsplit(target)
         self.target = (parts.hostname, parts.port)
         self.mode = mode
         self.every = every
+        self.select = select
+        self.requests: list[tuple[str, str]] = []
         self.forwarded = self.faulted = self.seen = 0
         self.lock = threading.Lock()
         self.next_faults: list[list] = []  # [fault, count left, method, path pattern, to let pass first]
@@ -71,7 +80,7 @@ class LossyProxy:
             request = self._read_request(conn)
             if request is None:
                 return
-            fault = self._next_fault(request[0], request[1]) or self._fault()
+            fault = self._next_fault(request[0], request[1]) or self._fault(request[0], request[1].split("?", 1)[0])
             if self.mode == "blackhole" or fault == "stall":
                 while conn.recv(65536):  # hold it until the client gives up
                     pass
@@ -90,12 +99,12 @@ class LossyProxy:
             payload = answer.read()
             upstream.close()
             self.forwarded += 1
-            if self.mode == "drop" or fault == "drop":
+            if fault == "drop":
                 return
-            if self.mode == "502":
+            if fault == "502":
                 conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
-            if self.mode == "403":
+            if fault == "403":
                 conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/html\r\nContent-Length: 22\r\n"
                              b"Connection: close\r\n\r\n<h1>403 Forbidden</h1>")
                 return
@@ -127,13 +136,18 @@ class LossyProxy:
                 return fault
         return ""
 
-    def _fault(self) -> str:
-        """What to do with this request instead of passing it: "503", "close", "drop" or ""."""
-        if self.mode == "503":
-            return "503"
-        if self.mode != "flaky":
-            return ""
+    def _fault(self, method: str, path: str) -> str:
+        """What to do with this request instead of passing it: "503", "close" (before it reaches RT), "drop",
+        "502", "403" (after it reached RT) or "" (pass it)."""
         with self.lock:
+            self.requests.append((method, path))
+            if self.select is not None and not self.select(list(self.requests)):
+                return ""
+            if self.mode in ("503", "drop", "502", "403"):
+                self.faulted += 1
+                return self.mode
+            if self.mode != "flaky":
+                return ""
             self.seen += 1
             if self.seen % self.every:
                 return ""

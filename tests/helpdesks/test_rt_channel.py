@@ -16,6 +16,7 @@ from ops.killtest.rt import rt_writes
 from ops.rt_server import CF_NAME, OTHER_QUEUE
 from ticketagent.channels.registry import get_channel
 from ticketagent.channels.rt import RTChannel, keys_in
+from ticketagent.channels.rt_lookup import announced_change
 
 from ..ledger.helpers import settled
 from .lossy_proxy import LossyProxy
@@ -87,15 +88,17 @@ def test_save_draft_is_a_private_comment_marked_as_a_draft(rt_server, rt_setting
     assert len(mails_to(rt, "bo@example.com", ticket)) == before  # a comment mails nobody
 
 
-def test_set_status_changes_the_status_first_then_writes_the_key(rt_server, rt_settings, task_name):
+def test_set_status_writes_its_key_comment_first_then_changes_the_status(rt_server, rt_settings, task_name):
     rt = rt_server
     ticket = rt.create_ticket("Waiting on the customer")
     result = run("set_status", ticket, task_name)
     assert result.state == EffectState.COMMITTED, result.effect.last_error
     assert ticket_now(rt, ticket)["Status"] == "stalled"  # RT_STATUSES: pending -> stalled
-    assert history(rt, ticket) == [("Create", "", ""), ("Status", "Status", "stalled"), ("Comment", "", "")]
+    assert history(rt, ticket) == [("Create", "", ""), ("Comment", "", ""), ("Status", "Status", "stalled")]
     [write] = rt_writes(rt, ticket)
     assert write.keys == {result.effect.idempotency_key} and write.txn == result.effect.external_ref
+    content = rt.get(f"/transaction/{write.txn}/attachments?fields=Content").body["items"][0]["Content"]
+    assert announced_change(content) == {"Status": "stalled"}  # the change it comes before, for the look-up
 
 
 def test_escalate_sets_queue_owner_and_priority_then_says_why(rt_server, rt_settings, task_name):
@@ -106,9 +109,9 @@ def test_escalate_sets_queue_owner_and_priority_then_says_why(rt_server, rt_sett
     assert result.state == EffectState.COMMITTED, result.effect.last_error
     now = ticket_now(rt, ticket)
     assert (now["Queue"]["Name"], now["Owner"]["id"], now["Priority"]) == (OTHER_QUEUE, "tier2", "100")
-    assert history(rt, ticket)[-1] == ("Comment", "", "")
+    assert history(rt, ticket)[1] == ("Comment", "", "")  # the key comment, then the changes
     content = rt.get(f"/transaction/{result.effect.external_ref}/attachments?fields=Content").body["items"][0]
-    assert "Escalated by the ticket agent" in content["Content"] and "charged twice" in content["Content"]
+    assert "The ticket agent escalates this ticket" in content["Content"] and "charged twice" in content["Content"]
 
 
 def test_escalate_to_an_owner_steals_a_ticket_someone_else_owns(rt_server, rt_settings, task_name):
@@ -123,9 +126,9 @@ def test_escalate_to_an_owner_steals_a_ticket_someone_else_owns(rt_server, rt_se
 
 
 def test_close_resolves_once_even_when_the_change_was_already_made(rt_server, rt_settings, task_name):
-    """A crash between the change and its key comment leaves the change without
-    the key: look-up says "not found", and the retry sets the same status again,
-    which RT does silently -- the customer is told "Resolved" once."""
+    """A ticket already resolved (by a person, or by an earlier version of the channel, which wrote the key
+    comment after the change): setting the same status again is silent in RT -- the customer is told
+    "Resolved" once."""
     rt = rt_server
     ticket = rt.create_ticket("Please close", requestor="cy@example.com")
     rt.put(f"/ticket/{ticket}", {"Status": "resolved"})  # the change landed, the key did not
@@ -136,15 +139,17 @@ def test_close_resolves_once_even_when_the_change_was_already_made(rt_server, rt
     assert len(resolved) == 1
 
 
-def test_a_status_rt_refuses_fails_and_leaves_no_key(rt_server, rt_settings, task_name):
+def test_a_status_rt_refuses_fails_and_its_key_comment_alone_is_not_found(rt_server, rt_settings, task_name):
     rt_settings.RT_STATUSES = {"pending": "flying"}
     ticket = rt_server.create_ticket("Nope")
     result = run("set_status", ticket, task_name)
     assert result.state == EffectState.FAILED
     assert "Status is new, not flying" in result.effect.last_error
     assert "isn't a valid status" in result.effect.last_error  # RT's own words
-    assert rt_writes(rt_server, ticket) == []
-    assert get_channel("helpdesk").lookup(result.effect.idempotency_key, result.effect.payload).found is False
+    assert [w.keys for w in rt_writes(rt_server, ticket)] == [{result.effect.idempotency_key}]  # the key comment
+    assert ticket_now(rt_server, ticket)["Status"] == "new"
+    seen = get_channel("helpdesk").lookup(result.effect.idempotency_key, result.effect.payload)
+    assert seen.found is False and "nothing of the change it announces landed" in seen.detail, seen.detail
 
 
 @pytest.mark.parametrize("action", ["notify_customer", "save_draft", "set_status", "close_ticket"])
@@ -273,10 +278,9 @@ def test_an_escalation_rt_makes_only_in_part_is_unknown_and_says_what_landed(rt_
     error = result.effect.last_error
     assert f"made only part of the change on ticket {ticket}: landed: Priority 100; not landed: Queue is " \
            f"Support, not {OTHER_QUEUE}" in error, error
-    assert "no key comment was written" in error
     now = ticket_now(rt, ticket)
     assert (now["Queue"]["Name"], now["Priority"]) == ("Support", "100")  # what RT kept
-    assert rt_writes(rt, ticket) == []
+    assert [w.keys for w in rt_writes(rt, ticket)] == [{result.effect.idempotency_key}]  # the key comment, first
 
 
 def test_a_change_rt_refuses_whole_is_failed(rt_server, rt_settings, task_name):

@@ -7,9 +7,11 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from ledger.models import BlockedDuplicate, Effect, EffectState
+from ledger.channels.base import Abilities, Cause, LookupResult, failed, unknown
+from ledger.models import BlockedDuplicate, Effect, EffectState, Verdict
+from ledger.services import effect_review
 
-from .helpers import NOTIFY, run_notify
+from .helpers import NOTIFY, Answers, run_notify
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -110,3 +112,60 @@ class TestAFailedSlot:
         assert (second.called, second.blocked) == (False, "conflict")
         assert Effect.objects.get().idempotency_key == first.idempotency_key
         assert sandbox.counts()["by_endpoint"]["notify"] == 1
+
+
+class Asks(Answers):
+    """A helpdesk channel with a look-up that answers `seen`, and a call that answers `result`."""
+
+    abilities = Abilities(key_carried="a header", honours_key=False, lookup="by key")
+
+    def __init__(self, result, seen: LookupResult):
+        super().__init__(result)
+        self.seen, self.asked = seen, 0
+
+    def lookup(self, key, payload):
+        self.asked += 1
+        return self.seen
+
+
+SENT_NOTHING = failed("could not connect to the helpdesk: nothing was sent", answered=False, cause=Cause.UNAVAILABLE)
+
+
+def retry_after(first, verdict_by, seen: LookupResult):
+    """Attempt 1 answers `first`; if unknown, `verdict_by` settles it; attempt 2 sends nothing after `seen`."""
+    attempt_1 = run_notify(channel=Answers(first)).effect
+    if attempt_1.state == EffectState.UNKNOWN:
+        verdict_by(attempt_1)
+    channel = Asks(SENT_NOTHING, seen)
+    attempt_2 = run_notify(claim_token="worker-b", channel=channel)
+    assert attempt_2.called and channel.asked == 1 and attempt_2.effect.attempts == 2
+    return Effect.objects.get(pk=attempt_2.effect.pk)
+
+
+def judged_not_happened(effect):
+    effect_review(effect_id=effect.pk, verdict=Verdict.NOT_HAPPENED, reason="nothing seen", actor="op")
+
+
+MAY_HAVE_LANDED = unknown("read timed out after sending", answered=False)
+
+
+class TestAttemptsShareWhatTheyKnow:
+    """The row is the whole effect: a retry that sent nothing does not make an effect whose earlier attempt
+    may have landed "failed, did not happen" -- unless the look-up before it answered "not found"."""
+
+    def test_a_retry_that_sent_nothing_after_a_look_up_that_could_not_tell_leaves_it_unknown(self):
+        effect = retry_after(MAY_HAVE_LANDED, judged_not_happened, LookupResult(None, detail="the helpdesk 503"))
+        assert effect.state == EffectState.UNKNOWN, effect.last_error
+        assert effect.last_error.startswith("attempt 2 sent nothing (could not connect to the helpdesk")
+        assert "could not tell whether an earlier attempt landed (the helpdesk 503)" in effect.last_error
+        assert list(effect.transitions.values_list("to_state", flat=True)) == [
+            "intent", "unknown", "failed", "intent", "unknown"]
+
+    def test_after_a_look_up_that_answered_not_found_it_is_failed(self):
+        effect = retry_after(MAY_HAVE_LANDED, judged_not_happened, LookupResult(False, detail="not on the ticket"))
+        assert (effect.state, effect.last_error) == (EffectState.FAILED, SENT_NOTHING.error)
+
+    def test_when_no_attempt_was_unknown_a_retry_that_sent_nothing_is_failed(self):
+        refused = failed("the helpdesk refused with 422", answered=True, cause=Cause.REFUSED)
+        effect = retry_after(refused, judged_not_happened, LookupResult(None, detail="the helpdesk 503"))
+        assert (effect.state, effect.last_error) == (EffectState.FAILED, SENT_NOTHING.error)

@@ -14,21 +14,24 @@ Actions, in the order of their writes (docs/channels.md):
 
     notify_customer  POST /ticket/N/correspond                       (the customer is mailed)
     save_draft       POST /ticket/N/comment, marked as a draft      (private: RT has no drafts)
-    set_status       PUT /ticket/N {Status}, read back, then the key comment
-    escalate         PUT /ticket/N {Queue, Owner, Priority}, read back, then the key comment
-    close_ticket     PUT /ticket/N {Status: resolved}, read back, then the key comment
+    set_status       GET /ticket/N, the key comment, PUT /ticket/N {Status}, read back
+    escalate         GET /ticket/N, the key comment, PUT /ticket/N {Queue, Owner, Priority}, read back
+    close_ticket     GET /ticket/N, the key comment, PUT /ticket/N {Status: resolved}, read back
 
-A change and its key comment are two writes: the ticket is read before the
-change (so a change that lands only in part is told from one that did not
-land: `unknown` with what landed, not `failed`), the key is written only after
-the change is read back, so a look-up that finds the key never vouches for a
-change that did not happen; one that does not find it makes the retry set
-the same values again, which RT does silently (a no-op) before commenting.
+A ticket change cannot carry a key, so its key comment comes first and names
+the change (`rt_lookup.change_marker`); the change is sent only once RT has
+answered that comment. A look-up then finds the comment, and the change in
+the ticket's history after it: a change that landed is found even when its
+answer and its read-back were lost. The ticket is read before the change
+(so a change that lands only in part is told from one that did not land:
+`unknown` with what landed, not `failed`) and read back after it (a PUT
+answers 200 whatever happened).
 
-Look-up (`lookup`): the custom field, then `Content LIKE` on the ticket's
-replies and comments, then the ticket's replies and comments read one by one
-(which needs no full-text search and sees writes an index has not caught up
-with). "Not found" only when all of them answered in full.
+Look-up (`rt_lookup.rt_lookup`): the custom field, then `Content LIKE` on the
+ticket's replies and comments, then the ticket's replies and comments read
+one by one (which needs no full-text search and sees writes an index has not
+caught up with); for a change's key comment, the ticket's history after it.
+"Not found" only when all of them answered in full.
 """
 
 import html
@@ -48,6 +51,7 @@ from ledger.channels.base import (
     unknown,
 )
 from ticketagent.channels.rt_check import run_checks
+from ticketagent.channels.rt_lookup import change_marker, rt_lookup
 from ticketagent.channels.rt_rest import (
     SYSTEM,
     Attempt,
@@ -64,8 +68,6 @@ from ticketagent.channels.rt_rest import (
 
 KEY_MARKER = "ticketagent-key"
 KEY_PATTERN = re.compile(r"<!--\s*" + KEY_MARKER + r":\s*([A-Za-z0-9._:-]+)\s*-->")
-REPLY_TYPES = ("Correspond", "Comment")
-LOOKUP_MAX_TRANSACTIONS = 500  # replies and comments read per look-up before it gives up ("cannot tell")
 RESOLVED = "resolved"
 WHAT = {"correspond": "reply", "comment": "comment"}
 
@@ -92,12 +94,6 @@ def ticket_number(value) -> str | None:
     """RT's ticket id from the upload's ticket_id, or None when it cannot be one."""
     text = str(value or "").strip()
     return text if text.isdigit() and int(text) > 0 else None
-
-
-def _sql_literal(key: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9._:-]+", key):
-        raise Unanswered(f"the key {key[:20]!r} cannot be searched for in TicketSQL")
-    return f"'{key}'"
 
 
 def _shown(ticket: dict, field: str) -> str:
@@ -137,7 +133,8 @@ class RTChannel(Channel):
         self.abilities = Abilities(
             key_carried=f"transaction custom field {cf} and an HTML-comment marker in the content",
             honours_key=False,
-            lookup=f"CF.{{{cf}}} search, Content LIKE on the ticket, then its replies and comments read")
+            lookup=f"CF.{{{cf}}} search, Content LIKE on the ticket, then its replies and comments read; a "
+                   "ticket change: the ticket's history after its key comment")
 
     @property
     def in_flight_seconds(self) -> float:
@@ -182,9 +179,9 @@ class RTChannel(Channel):
         target = self.config.statuses.get(status)
         if not target:
             return failed(f"no {SYSTEM} status for {status!r}: see RT_STATUSES", answered=False, cause=Cause.INVALID)
-        self._change(at, ticket, {"Status": target})
-        note = f"<p>Status set to <code>{html.escape(target)}</code> by the ticket agent ({html.escape(status)}).</p>"
-        return self._write(at, ticket, "comment", note, key)
+        note = (f"<p>The ticket agent sets the status to <code>{html.escape(target)}</code> "
+                f"({html.escape(status)}).</p>")
+        return self._changing(at, ticket, {"Status": target}, note, key)
 
     def _escalate(self, at: Attempt, ticket: str, body: dict, key: str) -> CallResult:
         c = self.config
@@ -193,16 +190,42 @@ class RTChannel(Channel):
         if not want:
             return failed("escalate has nothing to change: set RT_ESCALATION_QUEUE, RT_ESCALATION_OWNER or "
                           "RT_ESCALATION_PRIORITY", answered=False, cause=Cause.INVALID)
-        self._change(at, ticket, want)
         done = ", ".join(f"{field} {value}" for field, value in want.items())
-        note = (f"<p>Escalated by the ticket agent ({html.escape(done)}):</p>\n"
+        note = (f"<p>The ticket agent escalates this ticket ({html.escape(done)}):</p>\n"
                 + text_html(str(body.get("note", ""))))
-        return self._write(at, ticket, "comment", note, key)
+        return self._changing(at, ticket, want, note, key)
 
     def _close(self, at: Attempt, ticket: str, body: dict, key: str) -> CallResult:
-        self._change(at, ticket, {"Status": RESOLVED})
-        note = "<p>Resolved by the ticket agent.</p>\n" + text_html(str(body.get("reason", "")))
-        return self._write(at, ticket, "comment", note, key)
+        note = "<p>The ticket agent resolves this ticket.</p>\n" + text_html(str(body.get("reason", "")))
+        return self._changing(at, ticket, {"Status": RESOLVED}, note, key)
+
+    def _changing(self, at: Attempt, ticket: str, want: dict, note: str, key: str) -> CallResult:
+        """A ticket change: the ticket read, the key comment naming the change, then the change, read
+        back. The reference is the key comment's transaction."""
+        before = self._read(at, ticket, first=True)
+        ref = self._announce(at, ticket, want, note, key)
+        self._change(at, ticket, want, before)
+        return committed(ref)
+
+    def _announce(self, at: Attempt, ticket: str, want: dict, note: str, key: str) -> str:
+        """The key comment that comes before a change: its transaction id. Until RT has answered it the
+        change is not sent, so any end here is `failed` -- the change provably did not happen (the
+        comment may have landed: the look-up finds no change after it)."""
+        body = {"Content": note + change_marker(want) + key_marker(key), "ContentType": "text/html",
+                "TxnCustomFields": {self.config.custom_field: key}}
+        not_sent = "; the change was not sent"
+        try:
+            answer = at.send("POST", f"/ticket/{ticket}/comment", body, write=False)
+        except Stop as stop:
+            raise Stop(failed(stop.result.error + not_sent, answered=stop.result.answered,
+                              cause=stop.result.cause)) from None
+        if answer.ok:
+            return location_id(answer)
+        if not rt_refusal(answer):  # a gateway's 5xx, not RT's words: the helpdesk was unavailable
+            raise Stop(failed(f"the key comment on ticket {ticket}: {not_rt_words(answer)}{not_sent}",
+                              answered=True, cause=Cause.UNAVAILABLE))
+        raise Stop(failed(f"{SYSTEM} refused the key comment on ticket {ticket} ({answer.status}: "
+                          f"{rt_message(answer)}){not_sent}", answered=True, cause=Cause.REFUSED))
 
     def _write(self, at: Attempt, ticket: str, kind: str, content: str, key: str) -> CallResult:
         """A reply or comment carrying the key in the custom field and the marker."""
@@ -216,11 +239,8 @@ class RTChannel(Channel):
             return failed(f"ticket {ticket} does not exist in {SYSTEM}", answered=True, cause=Cause.REFUSED)
         if not rt_refusal(answer):
             return unknown(f"POST /ticket/{ticket}/{kind} {not_rt_words(answer)}", answered=True)
-        refused = f"{SYSTEM} refused the {WHAT[kind]} on ticket {ticket} ({answer.status}: {rt_message(answer)})"
-        if at.landed:  # the change before it is in place: only the key is missing
-            return unknown(f"{refused}; the change before it was read back in place, so the action landed "
-                           "without its key", answered=True)
-        return failed(refused, answered=True, cause=Cause.REFUSED)
+        return failed(f"{SYSTEM} refused the {WHAT[kind]} on ticket {ticket} ({answer.status}: "
+                      f"{rt_message(answer)})", answered=True, cause=Cause.REFUSED)
 
     def _missing(self, ticket: str) -> bool:
         """True only when RT says the ticket does not exist (404)."""
@@ -229,13 +249,12 @@ class RTChannel(Channel):
         except Unanswered:
             return False
 
-    def _change(self, at: Attempt, ticket: str, want: dict) -> None:
+    def _change(self, at: Attempt, ticket: str, want: dict, before: dict) -> None:
         """Set ticket fields and read them back (a PUT answers 200 whatever
         happened). A ticket someone else owns changes owner only after a
         steal. Raises Stop unless every value is in place: `failed` when the
-        ticket read back shows none of it changed, `unknown` when part of it
-        landed (the error says which part did and which did not)."""
-        before = self._read(at, ticket, first=True)
+        ticket read back shows none of it changed since `before`, `unknown`
+        when part of it landed (the error says which part did and which did not)."""
         said = self._put(at, f"/ticket/{ticket}", want, ticket)
         now = self._read(at, ticket)
         wrong = _differences(now, want)
@@ -253,7 +272,7 @@ class RTChannel(Channel):
             raise Stop(failed(f"{SYSTEM} did not make the change on ticket {ticket}: {told}; read back, nothing of "
                               "it changed", answered=True, cause=Cause.REFUSED))
         raise Stop(unknown(f"{SYSTEM} made only part of the change on ticket {ticket}: landed: "
-                           f"{', '.join(landed)}; not landed: {told}; no key comment was written", answered=True))
+                           f"{', '.join(landed)}; not landed: {told}", answered=True))
 
     def _put(self, at: Attempt, path: str, fields: dict, ticket: str) -> list[str]:
         answer = at.send("PUT", path, fields, write=True)
@@ -288,46 +307,9 @@ class RTChannel(Channel):
                                               "nothing was written")
         reader = Reader(self.config, attempts=1)  # one that cannot tell is asked again by the sweep
         try:
-            return self._lookup(reader, ticket, key)
+            return rt_lookup(reader, self.config.custom_field, ticket, key)
         except Unanswered as exc:
             return LookupResult(None, detail=f"{SYSTEM} look-up could not tell: {exc}")
-
-    def _lookup(self, reader: Reader, ticket: str, key: str) -> LookupResult:
-        literal = _sql_literal(key)
-        cf = self.config.custom_field
-        hits = reader.search(f"CF.{{{cf}}} = {literal}")
-        if hits:
-            txn = str(hits[0].get("id", ""))
-            return LookupResult(True, external_ref=txn, detail=f"found by custom field {cf}: transaction {txn}")
-        types = " OR ".join(f"Type = '{t}'" for t in REPLY_TYPES)
-        hits = reader.search(f"TicketId = {ticket} AND ({types}) AND Content LIKE {literal}")
-        if hits:
-            txn = str(hits[0].get("id", ""))
-            return LookupResult(True, external_ref=txn, detail=f"found by content on ticket {ticket}: "
-                                                               f"transaction {txn}")
-        seen = reader.get(f"/ticket/{ticket}")
-        if seen.status == 404:
-            return LookupResult(False, detail=f"ticket {ticket} does not exist in {SYSTEM}: nothing was written")
-        if seen.status != 200:
-            raise Unanswered(f"GET /ticket/{ticket} answered {seen.status}: {rt_message(seen)}")
-        txn, read = self._in_history(reader, ticket, key)
-        if txn:
-            return LookupResult(True, external_ref=txn, detail=f"found in ticket {ticket}'s history: transaction {txn}")
-        return LookupResult(False, detail=f"not on ticket {ticket}: no {cf} custom field, no content match, and none "
-                                          f"of its {read} replies and comments carries the key")
-
-    def _in_history(self, reader: Reader, ticket: str, key: str) -> tuple[str, int]:
-        """Read the ticket's replies and comments, newest first: (the one carrying the key or "", how many read)."""
-        history = reader.items(f"/ticket/{ticket}/history", fields="Type", orderby="id", order="DESC")
-        replies = [str(t.get("id")) for t in history if t.get("Type") in REPLY_TYPES]
-        if len(replies) > LOOKUP_MAX_TRANSACTIONS:
-            raise Unanswered(f"ticket {ticket} has {len(replies)} replies and comments, more than "
-                             f"{LOOKUP_MAX_TRANSACTIONS} to read")
-        for txn in replies:
-            parts = reader.items(f"/transaction/{txn}/attachments", fields="Content")
-            if any(key in str(part.get("Content") or "") for part in parts):
-                return txn, len(replies)
-        return "", len(replies)
 
     # -- check -----------------------------------------------------------------
     def probe(self) -> str:
