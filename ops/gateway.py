@@ -7,6 +7,11 @@ processed as any other (its answer thrown away). Reads (GET, HEAD, OPTIONS)
 and the writes not chosen pass straight through. `paths` narrows the choice
 to writes whose path ends with one of them (`("/notify",)`: only the replies).
 
+With `read_share`, that share of reads never reaches the helpdesk and gets,
+in turn, a 503, a connection closed without an answer, or no answer at all
+until the client gives up (`read_stall_seconds` at most): a helpdesk behind a
+busy proxy, whose reads fail now and then.
+
     gateway = Gateway("http://127.0.0.1:8025", write_share=0.15, seed=7)
     url = gateway.start()          # the upstream's URL with the gateway's origin (same path)
     ...
@@ -50,14 +55,18 @@ class Gateway:
 
     def __init__(self, upstream: str, *, write_share: float = 0.15, answer_after: float = 1.0,
                  deliver_after: float = 4.0, seed: int | None = None, port: int = 0, upstream_timeout: float = 30.0,
-                 paths: tuple[str, ...] = ()):
+                 paths: tuple[str, ...] = (), read_share: float = 0.0, read_stall_seconds: float = 10.0):
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"gateway: the upstream {upstream!r} must be an http:// URL with a host")
         if not 0.0 <= write_share <= 1.0:
             raise ValueError(f"gateway: write_share {write_share} must be between 0 and 1")
         self.upstream = parts
+        if not 0.0 <= read_share <= 1.0:
+            raise ValueError(f"gateway: read_share {read_share} must be between 0 and 1")
         self.write_share, self.answer_after, self.deliver_after = write_share, answer_after, deliver_after
+        self.read_share, self.read_stall_seconds = read_share, read_stall_seconds
+        self._read_faults = 0
         self.upstream_timeout = upstream_timeout
         if isinstance(paths, str):
             raise ValueError(f"gateway: paths {paths!r} must be a tuple of path endings, not one string")
@@ -115,6 +124,17 @@ class Gateway:
         with self._lock:
             return self.rng.random() < self.write_share
 
+    def read_fault(self, method: str) -> str:
+        """What a read gets instead of its answer: "503", "close", "stall", in turn, for `read_share` of them;
+        "" (it passes). No draw without a share: a seed's run without read faults stays what it was."""
+        if method in WRITES or not self.read_share:
+            return ""
+        with self._lock:
+            if self.rng.random() >= self.read_share:
+                return ""
+            self._read_faults += 1
+            return ("503", "close", "stall")[(self._read_faults - 1) % 3]
+
     def forward(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
         """The request sent upstream: (status, headers, body)."""
         conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port or 80,
@@ -158,6 +178,19 @@ class _Handler(BaseHTTPRequestHandler):
         gateway = self.owner
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         headers = list(self.headers.items())
+        fault = gateway.read_fault(self.command)
+        if fault:
+            gateway.note(f"read {fault}", self.command, self.path)
+            if fault == "503":
+                self._answer(503, [("Content-Type", "text/html")], b"<h1>503 Service Unavailable</h1>\r\n")
+                return
+            if fault == "stall":  # nothing until the client gives up (or the bound passes)
+                self.connection.settimeout(gateway.read_stall_seconds)
+                with contextlib.suppress(OSError):
+                    while self.connection.recv(65536):
+                        pass
+            self.close_connection = True
+            return
         if gateway.times_out(self.command, self.path):
             time.sleep(gateway.answer_after)
             gateway.note("504", self.command, self.path)
@@ -194,11 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--answer-after", type=float, default=1.0, help="seconds before the 504 (default: 1)")
     parser.add_argument("--deliver-after", type=float, default=4.0,
                         help="seconds after the 504 until the request reaches the upstream (default: 4)")
+    parser.add_argument("--read-share", type=float, default=0.0,
+                        help="share of reads answered 503, closed unanswered or stalled, in turn (default: 0)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     args = parser.parse_args(argv)
     try:
         gateway = Gateway(args.upstream, write_share=args.share, answer_after=args.answer_after,
-                          deliver_after=args.deliver_after, seed=args.seed, port=args.port)
+                          deliver_after=args.deliver_after, seed=args.seed, port=args.port, read_share=args.read_share)
     except ValueError as exc:
         parser.error(str(exc))
     print(gateway.start(), flush=True)

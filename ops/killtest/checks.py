@@ -120,6 +120,8 @@ def check_task(task: Task, report: Report) -> None:
     report.committed += sum(1 for e in effects if e.state == EffectState.COMMITTED)
     report.reconciled += sum(1 for e in effects if e.resolved_by == "reconcile")
     report.resumes += Event.objects.filter(task=task, type=EventType.RESUMED).count()
+    report.failed_items += Event.objects.filter(task=task, type=EventType.ITEM_FAILED).count()
+    report.suspensions += Event.objects.filter(task=task, type=EventType.SUSPENDED).count()
     report.blocked += BlockedDuplicate.objects.filter(owner_task=str(task.pk)).count()
 
 
@@ -131,6 +133,10 @@ class SandboxOracle:
 
     def create_tickets(self, rows: list) -> list:
         return rows  # the sandbox accepts any ticket id
+
+    def holds(self, effect: Effect) -> bool:
+        """Whether the sandbox holds the effect's write: what a person checking the helpdesk would see."""
+        return bool(self.sandbox.deliveries(key=effect.idempotency_key))
 
     def play_operator(self, task: Task, report: Report) -> None:
         """For unknown effects on channels without look-up (email): ask the oracle."""

@@ -33,6 +33,9 @@ class Report:
     playbook: str = ""  # the playbook the tasks ran on (its rules and reply checks on)
     approvals: Counter = field(default_factory=Counter)  # approved / rejected by the harness playing the operator
     rehearsal_items: int = 0  # items of the rehearsals run beside the rounds: they must send nothing
+    failed_items: int = 0  # items that failed on the way (a refusal; none may fail of a hiccup or a click)
+    suspensions: int = 0  # tasks suspended on the way (the harness resumes them)
+    operator: Counter = field(default_factory=Counter)  # the operator's clicks on Review (ops/killtest/operator.py)
 
     def count(self, task, what: str, n: int = 1) -> None:
         self.per_task.setdefault(str(task), Counter())[what] += n
@@ -72,6 +75,9 @@ class Report:
             ("approvals (played)", ", ".join(f"{k} {v}" for k, v in sorted(self.approvals.items())) or "none"),
             ("rehearsal items (send nothing)", self.rehearsal_items),
             ("resumes", self.resumes),
+            ("items failed on the way", self.failed_items),
+            ("tasks suspended on the way", self.suspensions),
+            ("operator's clicks", ", ".join(f"{k} {v}" for k, v in sorted(self.operator.items())) or "none"),
             ("blocked duplicates", self.blocked),
             ("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"),
             ("helpdesk faults", self.helpdesk_faults or "none"),

@@ -16,6 +16,7 @@ from django.test.utils import override_settings
 from ledger.models import Effect
 from ops.gateway import Gateway
 from ops.killtest.checks import SandboxOracle
+from ops.killtest.operator import Operator
 from ops.killtest.pool import WorkerPool
 from ops.killtest.report import Report
 from ops.killtest.rt import RTOracle
@@ -82,6 +83,7 @@ class Harness:
     round_faults: tuple[str, ...] = ()  # the slow-worker faults, one per round in turn
     playbook_version: object = None  # the tasks' playbook version (None: the shipped one)
     rehearsals: bool = False  # each round also rehearses its tickets: nothing may be sent for them
+    operator: Operator | None = None  # a person clicking Reconcile now and recording verdicts at random moments
 
 
 def _slow_fault(h: Harness, kind: str, now: float, next_slow: float, calm_after: float) -> float:
@@ -147,6 +149,8 @@ def _tend(task: Task, h: Harness) -> bool:
     try:
         task.refresh_from_db()
         h.oracle.play_operator(task, h.report)
+        if h.operator is not None:
+            h.operator.play(task)
         _approve_waiting(task, h)
         if task.status in (TaskStatus.SUSPENDED, TaskStatus.PAUSED) or (
                 task.status == TaskStatus.NEEDS_REVIEW and task.items.filter(status=ItemStatus.FAILED).exists()):
@@ -258,12 +262,21 @@ def _start_rt(stack: ExitStack) -> tuple[RTOracle, dict]:
     return RTOracle(server), helpdesk
 
 
-def _start_gateway(stack: ExitStack, helpdesk: dict, seed: int) -> Gateway:
-    """The workers' and the sweep's helpdesk behind ops/gateway.py (the harness itself asks it directly)."""
-    gateway = Gateway(helpdesk["HELPDESK_URL"], write_share=0.0, seed=seed)
+def _start_gateway(stack: ExitStack, helpdesk: dict, seed: int, read_share: float = 0.0) -> Gateway:
+    """The workers' and the sweep's helpdesk behind ops/gateway.py (the harness itself asks it directly);
+    `read_share` of its reads fail in turn as a 503, a closed connection and a stall, the whole run long."""
+    gateway = Gateway(helpdesk["HELPDESK_URL"], write_share=0.0, seed=seed, read_share=read_share)
     helpdesk["HELPDESK_URL"] = gateway.start()
     stack.callback(gateway.close, wait=False)
     return gateway
+
+
+def nobody_needed(report: Report) -> None:
+    """With only hiccups and clicks to meet, no item fails and no task is suspended."""
+    if report.failed_items:
+        report.problems.append(f"{report.failed_items} item(s) failed on the way: a hiccup or a click needs nobody")
+    if report.suspensions:
+        report.problems.append(f"{report.suspensions} task suspension(s) on the way")
 
 
 def _faults_checked(channel: str, faults: set[str], fault_seconds: float) -> set[str]:
@@ -283,7 +296,8 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
                  round_timeout: float = 120.0, kill_every: tuple[float, float] = (0.5, 2.0),
                  worker_command: list[str] | None = None, helpdesk_faults: dict | None = None,
                  fault_seconds: float = 12.0, gateway_share: float = 0.15, playbook: Path | None = None,
-                 rehearsals: bool = False, threads: int = 1, out=sys.stdout) -> Report:
+                 rehearsals: bool = False, threads: int = 1, operator: bool = False, read_faults: float = 0.0,
+                 out=sys.stdout) -> Report:
     """Run the kill test. `channel`: helpdesk (the sandbox's REST API), email
     (SMTP, no look-up) or rt (a private Request Tracker: the helpdesk and the
     oracle). `worker_command` starts one worker (default: `manage.py worker`);
@@ -294,7 +308,10 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
     last `fault_seconds` (more than the lease, LEASE_SECONDS here);
     `gateway_share`: the share of writes the gateway answers 504. `playbook`: a playbook file the tasks run
     on (what it holds for approval the harness approves or rejects); `rehearsals`: each round also rehearses
-    its tickets, and nothing may be sent for them."""
+    its tickets, and nothing may be sent for them. `operator`: a person on the Review page clicks Reconcile now
+    and records verdicts at random moments (ops/killtest/operator.py); `read_faults`: that share of the
+    helpdesk's reads fails (a 503, a closed connection, a stall) behind the gateway, the whole run. Either way
+    no item may fail and no task be suspended: a hiccup or a click needs nobody."""
     import redis
 
     faults = _faults_checked(channel, set(faults or ()), fault_seconds)
@@ -315,7 +332,8 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
         stack.callback(pool.close)
         if channel != "rt":
             oracle, helpdesk = _start_sandbox(procs, stack, sandbox_keys, helpdesk_faults)
-        gateway = _start_gateway(stack, helpdesk, seed) if "gateway" in faults else None
+        gateway = _start_gateway(stack, helpdesk, seed, read_faults) if "gateway" in faults or read_faults \
+            else None
         procs.env = child_env(helpdesk)
         slow = SlowFaults(pool, report, seconds=fault_seconds, gateway=gateway,
                           gateway_share=gateway_share) if round_faults else None
@@ -323,12 +341,23 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
             stack.callback(slow.finish)
         pool.start()
         harness = Harness(pool, oracle, rng, report, faults, redis.Redis.from_url(settings.REDIS_URL),
-                          round_timeout, kill_every, slow, round_faults, version, rehearsals)
+                          round_timeout, kill_every, slow, round_faults, version, rehearsals,
+                          Operator(random.Random(seed + 1), oracle.holds) if operator else None)
         _run_rounds(harness, rounds=rounds, items=items, seed=seed, channel=channel, out=out)
-        if gateway is not None:
-            report.faults.update({f"gateway {k}": v for k, v in gateway.counts.items() if k != "passed"})
-    report.kills = pool.crash_counts()
-    report.kills["wall-clock"] = pool.wall_kills
-    report.worker_starts = pool.modes
+        _finish_report(report, harness, gateway, strict=operator or bool(read_faults))
     report.seconds = time.monotonic() - started
     return report
+
+
+def _finish_report(report: Report, h: Harness, gateway: Gateway | None, *, strict: bool) -> None:
+    """What the run's helpers counted, into the report; with only hiccups and clicks to meet (`strict`), no item
+    may have failed and no task been suspended."""
+    if gateway is not None:
+        report.faults.update({f"gateway {k}": v for k, v in gateway.counts.items() if k != "passed"})
+    if h.operator is not None:
+        report.operator = h.operator.clicks
+    if strict:
+        nobody_needed(report)
+    report.kills = h.pool.crash_counts()
+    report.kills["wall-clock"] = h.pool.wall_kills
+    report.worker_starts = h.pool.modes

@@ -14,6 +14,7 @@ import pytest
 from ledger.models import EffectState, Verdict
 from ledger.services import effect_reconcile, effect_review
 from ops.rt_server import OTHER_QUEUE
+from tests.ledger.helpers import settled
 from ticketagent.channels.rt import RTChannel
 
 from .lossy_proxy import LossyProxy
@@ -64,9 +65,10 @@ def test_a_change_that_landed_with_its_answer_lost_is_found_and_committed(rt_ser
         result = run(action, ticket, task_name, channel=channel)
     finally:
         proxy.close()
-    assert proxy.faulted == 1 and result.state == EffectState.UNKNOWN, result.effect.last_error
+    # a lost read back is asked again (the action's reads are retried): every try of it fails here
+    assert proxy.faulted >= 1 and result.state == EffectState.UNKNOWN, result.effect.last_error
     assert CHANGES[action](ticket_now(rt, ticket))  # it landed
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(result.effect.pk))
     assert (effect.state, effect.verdict) == (EffectState.COMMITTED, Verdict.HAPPENED), effect.last_reconcile
     assert "after its key comment" in effect.last_reconcile, effect.last_reconcile
     again = run(action, ticket, task_name)
@@ -85,7 +87,7 @@ def test_a_change_that_never_reached_rt_is_not_found_and_the_retry_makes_it_once
     finally:
         proxy.close()
     assert result.state == EffectState.UNKNOWN and ticket_now(rt, ticket)["Status"] == "new"
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(result.effect.pk))
     assert (effect.state, effect.verdict) == (EffectState.FAILED, Verdict.NOT_HAPPENED), effect.last_reconcile
     assert "nothing of the change it announces landed" in effect.last_reconcile, effect.last_reconcile
     retry = run("close_ticket", ticket, task_name, lease="worker-b")
@@ -103,7 +105,7 @@ def test_an_escalation_that_landed_in_part_is_never_failed(rt_server, rt_setting
     listed = RTChannel(user="listed", password=rt.users["listed"])
     result = run("escalate", ticket, task_name, channel=listed)
     assert result.state == EffectState.UNKNOWN, result.effect.last_error
-    effect = effect_reconcile(effect_id=result.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(result.effect.pk))
     assert effect.state == EffectState.UNKNOWN, effect.last_reconcile
     assert "landed: Priority" in effect.last_reconcile and "not landed: Queue" in effect.last_reconcile, \
         effect.last_reconcile
@@ -131,5 +133,5 @@ def test_a_retry_that_sends_nothing_keeps_what_the_first_attempt_may_have_done(r
     assert second.called and proxy.forwarded == 0  # nothing of attempt 2 reached RT
     assert (second.state, second.effect.attempts) == (EffectState.UNKNOWN, 2), second.effect.last_error
     assert "attempt 2 sent nothing" in second.effect.last_error, second.effect.last_error
-    effect = effect_reconcile(effect_id=second.effect.pk, force=True)
+    effect = effect_reconcile(effect_id=settled(second.effect.pk))
     assert effect.state == EffectState.COMMITTED, effect.last_reconcile

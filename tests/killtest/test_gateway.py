@@ -117,3 +117,27 @@ def test_paths_narrow_the_choice_to_the_writes_they_end(upstream):
 def test_bad_settings_are_refused_with_what_is_wrong(upstream_url, share, message):
     with pytest.raises(ValueError, match=message):
         Gateway(upstream_url, write_share=share)
+
+
+def test_a_share_of_reads_fails_in_turn_as_503_closed_and_stalled_and_none_reaches_the_helpdesk(upstream):
+    url, received = upstream
+    with Gateway(url, write_share=0.0, read_share=1.0, read_stall_seconds=5, seed=3) as gateway:
+        base = f"http://127.0.0.1:{gateway.port}/api"
+        assert _call(f"{base}/lookup/k", "GET")[0] == 503
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # closed without an answer
+            _call(f"{base}/lookup/k", "GET")
+        request = urllib.request.Request(f"{base}/lookup/k", method="GET")
+        with pytest.raises((TimeoutError, urllib.error.URLError)):  # no answer: the client gives up
+            urllib.request.urlopen(request, timeout=1)
+        assert _call(f"{base}/notify", "POST", b"{}")[0] == 201, "writes pass"
+    assert [r["method"] for r in received] == ["POST"], "no faulted read reached the helpdesk"
+    assert (gateway.counts["read 503"], gateway.counts["read close"], gateway.counts["read stall"]) == (1, 1, 1)
+
+
+def test_without_a_read_share_reads_pass_and_draw_nothing(upstream):
+    url, received = upstream
+    gateway = Gateway(url, write_share=0.5, seed=9)
+    state = gateway.rng.getstate()
+    with gateway:
+        assert _call(f"http://127.0.0.1:{gateway.port}/api/lookup/k", "GET")[0] == 200
+    assert gateway.rng.getstate() == state, "a seed's run without read faults stays what it was"

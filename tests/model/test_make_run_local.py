@@ -69,11 +69,11 @@ def test_make_run_serves_the_local_model_and_ctrl_c_stops_it(tmp_path):
     finally:
         os.killpg(run.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group, the model too
         code = run.wait(timeout=60)
-    tail = out.read_text().split("stopping everything")[-1]
+    tail = out.read_text().split(": stopping everything")[-1]
     assert code == 0, tail[-3000:]
     assert "killing it" not in tail, tail[-3000:]
     assert "handed back" in tail and "the worker is stopping" in tail, tail[-3000:]
-    assert "stopped; nothing left running" in tail
+    assert "nothing killed; nothing left running" in tail, tail[-3000:]
     assert not servers[0].is_running() or servers[0].status() == psutil.STATUS_ZOMBIE
 
 

@@ -61,6 +61,14 @@ class Command(BaseCommand):
         parser.add_argument("--threads", type=int, default=1,
                             help="WORKER_THREADS of the in-process workers: each holds that many items at once, "
                                  "and a kill ends them all (default: %(default)s)")
+        parser.add_argument("--operator", action="store_true",
+                            help="a person on the Review page clicks Reconcile now and records verdicts at random "
+                                 "moments, through the pages (ops/killtest/operator.py); then no item may fail "
+                                 "and no task be suspended (default: off)")
+        parser.add_argument("--read-faults", type=float, default=0.0,
+                            help="share of the helpdesk's reads that fail behind a gateway, the whole run: a 503, "
+                                 "a connection closed unanswered, a stall, in turn; then no item may fail and no "
+                                 "task be suspended (default: %(default)s)")
         parser.add_argument("--round-timeout", type=float, default=120.0,
                             help="seconds a round may take before it is checked as it stands "
                                  "(default: %(default)s)")
@@ -76,8 +84,9 @@ class Command(BaseCommand):
         if opts["fault_seconds"] <= float(FAST_ENV["LEASE_SECONDS"]):
             raise CommandError(f"--fault-seconds {opts['fault_seconds']} must outlast the lease "
                                f"(LEASE_SECONDS={FAST_ENV['LEASE_SECONDS']} s)")
-        if not 0.0 <= opts["gateway_share"] <= 1.0:
-            raise CommandError(f"--gateway-share {opts['gateway_share']} must be between 0 and 1")
+        for share in ("gateway_share", "read_faults"):
+            if not 0.0 <= opts[share] <= 1.0:
+                raise CommandError(f"--{share.replace('_', '-')} {opts[share]} must be between 0 and 1")
         helpdesk_faults = {k: v for k, v in (("latency_ms", opts["latency_ms"]),
                                              ("error_rate", {"*": opts["error_rate"]} if opts["error_rate"] else 0),
                                              ("drop_rate", {"*": opts["drop_rate"]} if opts["drop_rate"] else 0)) if v}
@@ -94,13 +103,16 @@ class Command(BaseCommand):
         seed = opts["seed"] if opts["seed"] is not None else random.randrange(1_000_000)
         self.stdout.write(f"kill test: seed {seed}, {opts['rounds']} rounds x {opts['items']} items x "
                           f"{opts['workers']} workers x {opts['threads']} threads, {keys}, channel {opts['channel']}, "
-                          f"faults {','.join(sorted(faults)) or 'none'}")
+                          f"faults {','.join(sorted(faults)) or 'none'}"
+                          + (f", {opts['read_faults']:.0%} of reads failing" if opts["read_faults"] else "")
+                          + (", an operator clicking" if opts["operator"] else ""))
         report = run_killtest(rounds=opts["rounds"], items=opts["items"], workers=opts["workers"], seed=seed,
                               sandbox_keys=opts["sandbox_keys"] or "honor", channel=opts["channel"], faults=faults,
                               crash_probability=opts["crash_probability"], round_timeout=opts["round_timeout"],
                               helpdesk_faults=helpdesk_faults, fault_seconds=opts["fault_seconds"],
                               gateway_share=opts["gateway_share"], playbook=playbook,
-                              rehearsals=opts["rehearsals"], threads=opts["threads"], out=self.stdout)
+                              rehearsals=opts["rehearsals"], threads=opts["threads"], operator=opts["operator"],
+                              read_faults=opts["read_faults"], out=self.stdout)
         self.stdout.write(report.table())
         for problem in report.problems[:50]:
             self.stdout.write(f"  problem: {problem}")
