@@ -26,20 +26,38 @@
   document.addEventListener("htmx:sendError", function () {
     flash("Could not reach the server; nothing was changed by this click. Try again.");
   });
-  // A live region (data-keeps-forms) does not swap under a person's hands: its poll waits while the focus is in
-  // one of its forms or one of them has been changed and not sent (sending swaps that row, form and all).
+  // A live region (data-keeps-forms) does not swap under a person's hands: while the focus is in one of its forms,
+  // or one of them has been changed and not sent (sending swaps that row, form and all), its poll does not start,
+  // and a poll already in flight when the person began is not swapped in (htmx:beforeSwap): ticks, typed reasons
+  // and open forms stay as they are; the next poll after the form is sent brings the page up to date.
   document.addEventListener("input", function (event) {
     var form = event.target.form || (event.target.closest && event.target.closest("form"));
     if (form) form.setAttribute("data-touched", "");
   });
-  document.addEventListener("htmx:beforeRequest", function (event) {
-    var region = event.detail.elt;
-    if (!region.hasAttribute || !region.hasAttribute("data-keeps-forms")) return;
+  function inUse(region) {
     var active = document.activeElement;
-    if ((active && region.contains(active) && (active.form || active.closest("form"))) ||
-        region.querySelector("form[data-touched]")) {
-      event.preventDefault();
-    }
+    return Boolean((active && region.contains(active) && active.form) ||  // a form's control, not its answer
+                   region.querySelector("form[data-touched]"));
+  }
+  function livePoll(detail) {  // the region's own refresh, not an answer to something the person sent
+    var region = detail.elt;
+    return region && region.hasAttribute && region.hasAttribute("data-keeps-forms") &&
+      (detail.requestConfig ? detail.requestConfig.verb === "get" : true);
+  }
+  function paused(region, yes) {
+    var note = document.getElementById(region.id + "-paused");
+    if (note) note.hidden = !yes;
+  }
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (!livePoll(event.detail)) return;
+    var busy = inUse(event.detail.elt);
+    paused(event.detail.elt, busy);
+    if (busy) event.preventDefault();
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (!livePoll(event.detail) || !inUse(event.detail.elt)) return;
+    event.detail.shouldSwap = false;
+    paused(event.detail.elt, true);
   });
   // After a swap of the part the person was working in (an approval's row, the task's controls), the focus goes
   // to what the answer says (its alert or status) instead of falling back to the top of the page.

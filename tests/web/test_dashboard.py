@@ -7,6 +7,7 @@ import re
 import pytest
 from django.apps import apps
 from django.contrib import admin
+from django.contrib.auth.models import Group, User
 from django.urls import reverse
 from django.utils import timezone
 
@@ -293,6 +294,25 @@ class TestActionsWithHtmx:
                          headers=HTMX)
         assert ok.status_code == 200 and b"rejected" in ok.content
         assert Event.objects.filter(type=EventType.REJECTED, actor="alice", item=second).exists()
+
+    def test_a_decision_on_a_stale_row_says_what_was_decided_meanwhile_and_changes_nothing(self, client, alice):
+        task = make_task(1)
+        [item] = task.items.all()
+        task.items.update(status=ItemStatus.WAITING_APPROVAL)
+        carol = User.objects.create_user("carol")
+        carol.groups.add(Group.objects.get(name="operators"))
+        client.force_login(carol)
+        assert client.post(reverse("item-approval", args=[item.pk]), {"approval": "approve", "reason": "fine"},
+                           headers=HTMX).status_code == 200
+        client.force_login(alice)  # her page still shows the row waiting
+        stale = client.post(reverse("item-approval", args=[item.pk]), {"approval": "reject_stop", "reason": "no"},
+                            headers=HTMX)
+        body = stale.content.decode()
+        assert stale.status_code == 409 and "already decided by carol at " in body and "(approved)" in body, body
+        assert "nothing changed" in body
+        item.refresh_from_db()
+        assert item.approval == "approved" and item.approval_by == "carol" and item.status != ItemStatus.SKIPPED
+        assert not Event.objects.filter(type=EventType.REJECTED).exists()
 
 
 class TestReviewQueue:

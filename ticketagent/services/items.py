@@ -114,7 +114,7 @@ def item_approve(*, item_id: int, decision: str, reason: str, actor: str) -> Ite
         task = task_locked(item.task_id)
         item = Item.objects.select_for_update(no_key=True).get(pk=item_id)
         if item.status != ItemStatus.WAITING_APPROVAL:
-            raise ServiceError(f"this item is {item.get_status_display()}, not waiting for approval")
+            raise ServiceError(_not_waiting(item))
         held = item_held_actions(item, task)
         item.approval, item.approval_by, item.approval_at = decision, actor, timezone.now()
         item.approval_reason = reason[:2000]
@@ -134,6 +134,15 @@ def item_approve(*, item_id: int, decision: str, reason: str, actor: str) -> Ite
         items_requeue(task, [item], actor=actor,
                       why=f"{', '.join(held) or 'held actions'} {item.get_approval_display()}")
     return item
+
+
+def _not_waiting(item: Item) -> str:
+    """Why a decision on a stale page changes nothing: what was decided meanwhile, by whom, when."""
+    now = f"this item is {item.get_status_display().lower()} now, not waiting for approval: nothing changed"
+    if item.approval and item.approval_at:
+        at = timezone.localtime(item.approval_at).strftime("%H:%M:%S")
+        return f"already decided by {item.approval_by} at {at} ({item.get_approval_display()}); {now}"
+    return now
 
 
 def items_requeue(task: Task, items: list[Item], *, actor: str, why: str) -> list[tuple[int, int]]:
