@@ -128,3 +128,26 @@ def test_a_worker_started_under_the_name_of_a_live_one_waits_and_does_not_displa
     wait_for(lambda: Task.objects.get(pk=last.pk).status == TaskStatus.COMPLETED, timeout=90, interval=0.2,
              message=f"the worker that took over to run a task\n{workers.logs()}")
     assert sandbox.counts()["duplicates"] == 0
+
+
+def test_a_paused_worker_whose_name_was_taken_over_stops_and_leaves_the_registration(slow_model, workers, sandbox,
+                                                                                       redis_conn):
+    """Paused (SIGSTOP) for longer than a lease, a worker counts as dead: a newcomer takes its name over. Woken, the
+    old one finds another worker's registration under its name: it stops, and does not unregister the newcomer."""
+    lease = settings.LEASE_SECONDS
+    [first] = workers.start(1, extra_env=slow_model.worker_env, args=("--name", NAME))
+    wait_for(lambda: _registered(redis_conn, first), timeout=90, message=f"the first worker\n{workers.logs()}")
+    first.signal(signal.SIGSTOP, descendants=False)
+    try:
+        [second] = workers.start(1, extra_env=slow_model.worker_env, args=("--name", NAME))
+        wait_for(lambda: _registered(redis_conn, second), timeout=lease + 90, interval=0.1,
+                 message=f"the newcomer to take the paused worker's name over\n{workers.logs()}")
+    finally:
+        first.signal(signal.SIGCONT, descendants=False)
+    assert first.wait(timeout=60) is not None, workers.logs()
+    assert "another worker took this name over" in workers.logs(), workers.logs()
+    assert _registered(redis_conn, second), (_registration(redis_conn), workers.logs())
+    task = make_task(2)
+    wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=90, interval=0.2,
+             message=f"the worker holding the name to run a task\n{workers.logs()}")
+    assert _registered(redis_conn, second)
