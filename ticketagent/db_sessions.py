@@ -34,8 +34,26 @@ plan, which is why it is not the choice where autovacuum keeps plans fresh.
 
 The client side (TCP keepalives and tcp_user_timeout, in
 `settings.DATABASES`) lets a worker notice a dead link instead of waiting
-on a socket for the kernel's two hours.
+on a socket for the kernel's two hours. The server side is set here, with
+the same values (the connection's own libpq options, DB_KEEPALIVES_* and
+DB_TCP_USER_TIMEOUT_MS): a host that vanishes while its session sits idle
+leaves a backend waiting for a statement that never comes, which the
+server's kernel, whose own keepalive starts after two hours, would keep
+for that long, holding a connection slot and the session's memory.
+
+    tcp_keepalives_idle, _interval, _count   the server probes an idle
+                                             session's client as the
+                                             client probes the server
+    tcp_user_timeout                         and gives up on data it sent
+                                             that stays unacknowledged
+
+so a lost host's sessions end within `lost_client_seconds()` (Linux: with
+tcp_user_timeout set, the connection is dropped at the first probe that
+finds it exceeded, instead of after a count of probes). All four are
+ignored over a unix socket.
 """
+
+import math
 
 from django.conf import settings
 from django.db.backends.signals import connection_created
@@ -47,21 +65,44 @@ _PLAN_CACHE_MODE = ("COALESCE(NULLIF(%s, ''), "
                     "CASE current_setting('autovacuum') WHEN 'on' THEN 'auto' ELSE 'force_custom_plan' END)")
 
 
-def session_settings(role: str) -> dict[str, str]:
-    """The `SET` values of a session of `role` ("worker" or "sweep")."""
+def session_settings(role: str, options: dict | None = None) -> dict[str, str]:
+    """The `SET` values of a session of `role` ("worker" or "sweep") whose connection has the libpq `options`
+    (default: the database settings')."""
     values = {
         "statement_timeout": f"{int(settings.DB_STATEMENT_TIMEOUT_SECONDS * 1000)}ms",
         "idle_in_transaction_session_timeout": f"{int(settings.DB_IDLE_IN_TRANSACTION_SECONDS * 1000)}ms",
+        **server_keepalives(options),
     }
     if role == "sweep":
         values["lock_timeout"] = f"{int(settings.DB_SWEEP_LOCK_TIMEOUT_SECONDS * 1000)}ms"
     return values
 
 
+def server_keepalives(options: dict | None = None) -> dict[str, str]:
+    """The server's watch on the session's client: the client's own keepalive options, mirrored."""
+    options = settings.DATABASES["default"]["OPTIONS"] if options is None else options
+    return {"tcp_keepalives_idle": f"{int(options['keepalives_idle'])}s",
+            "tcp_keepalives_interval": f"{int(options['keepalives_interval'])}s",
+            "tcp_keepalives_count": str(int(options["keepalives_count"])),
+            "tcp_user_timeout": f"{int(options['tcp_user_timeout'])}ms"}
+
+
+def lost_client_seconds(options: dict | None = None) -> float:
+    """How long an idle session of a host that vanished lasts on the server (Linux's keepalive timer): the
+    first probe after `idle` s, one every `interval` s; dropped after `count` unanswered probes, or, with
+    tcp_user_timeout set, at the first probe that finds the link silent for longer than it."""
+    options = settings.DATABASES["default"]["OPTIONS"] if options is None else options
+    idle, interval = int(options["keepalives_idle"]), int(options["keepalives_interval"])
+    user_timeout = int(options["tcp_user_timeout"]) / 1000
+    if user_timeout <= 0:
+        return idle + interval * int(options["keepalives_count"])
+    return idle + interval * max(1, math.ceil((user_timeout - idle) / interval))
+
+
 def _apply(sender, connection, **kwargs):
     if not _ROLE:
         return
-    values = session_settings(_ROLE[0])
+    values = session_settings(_ROLE[0], connection.settings_dict["OPTIONS"])
     with connection.cursor() as cursor:  # one round trip: set_config(name, value, false) is SET
         cursor.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(values))
                        + f", set_config('plan_cache_mode', {_PLAN_CACHE_MODE}, false)",

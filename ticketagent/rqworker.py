@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import threading
 import time
+import uuid
 from datetime import timedelta
 
 import redis
@@ -33,6 +35,7 @@ from rq.worker import Worker as RQWorker
 from rq.worker import WorkerStatus
 
 from ticketagent.stopping import process_stop
+from ticketagent.worker_name import take_name
 
 PROBE_COMMAND = "ticketagent-probe"  # rq's handle_command ignores commands it does not know
 
@@ -149,11 +152,16 @@ def _probe_timeout(interval: float) -> float:
 # The worker's own sign of life in its rq hash: the Redis server's clock (seconds), so hosts' clocks do not matter.
 # rq's own heartbeat comes between jobs (an idle worker's every WORKER_TTL - 15 s) and its key outlives a killed
 # worker by minutes: the Workers page and /readyz would count the dead as alive.
+# A worker whose registration was taken over under its name (`worker_name`: it was silent for a lease, e.g. paused)
+# finds another incarnation there, or its own marked dead, and writes nothing: answer 0. (A hash rq wrote again
+# after it expired, e.g. Redis flushed, carries no incarnation: it is still this worker's.)
 _SAY_ALIVE = """
-if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'death') == 0 then
-  redis.call('HSET', KEYS[1], 'seen', redis.call('TIME')[1])
-  if redis.call('TTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end
+local incarnation = redis.call('HGET', KEYS[1], 'incarnation')
+if redis.call('HEXISTS', KEYS[1], 'death') == 1 or (incarnation and incarnation ~= ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'seen', redis.call('TIME')[1], 'incarnation', ARGV[2])
+if redis.call('TTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return 1
 """
 _LAST_SEEN = """
 local now = tonumber(redis.call('TIME')[1])
@@ -181,24 +189,41 @@ def is_alive(seconds_since: float | None) -> bool:
 
 class SignOfLife:
     """Mixin for an rq worker: its kind at birth and, every HEARTBEAT_SECONDS from a thread of its own, the time
-    it was last seen alive (a killed or paused process stops saying so; the key still expires as rq's does)."""
+    it was last seen alive (a killed or paused process stops saying so; the key still expires as rq's does).
+
+    Its name is taken over from a predecessor dead by the lease rule, and waited for while one is alive
+    (`worker_name.take_name`). A worker that finds its own registration taken over (it was paused for longer
+    than a lease, and its items are taken over too) stops as if sent SIGTERM, and leaves the registration to
+    the worker that holds it now."""
 
     kind = "unknown"
 
     def register_birth(self):
+        take_name(self)
+        self._incarnation = uuid.uuid4().hex
+        self._taken_over = False
         super().register_birth()
-        self.connection.hset(self.key, "kind", self.kind)
-        self._say_alive_once()
+        self.connection.hset(self.key, mapping={"kind": self.kind, "incarnation": self._incarnation})
         self._alive_stop = threading.Event()
+        self._say_alive_once()
         threading.Thread(target=self._say_alive, name="sign-of-life", daemon=True).start()
 
     def register_death(self):
         if hasattr(self, "_alive_stop"):
             self._alive_stop.set()
+        if getattr(self, "_taken_over", False):
+            return  # the name's registration is another worker's now
         super().register_death()
 
     def _say_alive_once(self) -> None:
-        self.connection.eval(_SAY_ALIVE, 1, self.key, int(self.worker_ttl) + 60)
+        if self.connection.eval(_SAY_ALIVE, 1, self.key, int(self.worker_ttl) + 60, self._incarnation):
+            return
+        if self._alive_stop.is_set() or self._taken_over:
+            return
+        self._taken_over = True
+        self.log.error("Worker %s: another worker took this name over (this one was silent for longer than a "
+                       "lease; its items are taken over as well); stopping", self.name)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def _say_alive(self) -> None:
         while not self._alive_stop.wait(settings.HEARTBEAT_SECONDS):

@@ -122,6 +122,8 @@ if _db["ENGINE"] != "django.db.backends.postgresql":
 # A dead link or host is noticed within seconds, not the kernel's hours:
 # TCP keepalives, and tcp_user_timeout for data sent but never
 # acknowledged (libpq options, ignored over a unix socket; docs/deploy.md).
+# The workers' and the sweep's sessions set the same values on the server's
+# side (ticketagent/db_sessions.py): a vanished host's sessions end there too.
 _db["OPTIONS"] = {
     "connect_timeout": envint("DB_CONNECT_TIMEOUT", 10, minimum=1),
     "keepalives": 1,

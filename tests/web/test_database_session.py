@@ -79,3 +79,22 @@ def test_a_worker_session_planning_every_run_makes_no_generic_plan(worker_sessio
             cursor.execute("SELECT v AS default_mode FROM plan_probe WHERE id = %s", [n % 3 + 1])
         generic, custom = _plans_of(cursor, "default_mode")
         assert generic > 0, "the server's default mode made no generic plan: this test shows nothing"
+
+
+def test_worker_and_sweep_sessions_mirror_the_clients_keepalives_on_the_server():
+    """The server watches a worker's or the sweep's session as the client does (the values it sets per session;
+    tests/deploy/test_lost_host_sessions.py cuts a host off and watches its sessions end within the bound)."""
+    from ticketagent.db_sessions import lost_client_seconds, session_settings
+
+    options = {"keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3, "tcp_user_timeout": 20000}
+    for role in ("worker", "sweep"):
+        values = session_settings(role, options)
+        assert {k: values[k] for k in ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count",
+                                       "tcp_user_timeout")} == {"tcp_keepalives_idle": "10s",
+                                                                "tcp_keepalives_interval": "3s",
+                                                                "tcp_keepalives_count": "3",
+                                                                "tcp_user_timeout": "20000ms"}
+    # Linux: with tcp_user_timeout, dropped at the first probe past it (10 + 3 x 4); without, after the count
+    assert lost_client_seconds(options) == 22
+    assert lost_client_seconds({**options, "tcp_user_timeout": 0}) == 19
+    assert lost_client_seconds({**options, "tcp_user_timeout": 5000}) == 13  # at least one probe goes out

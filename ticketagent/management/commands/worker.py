@@ -22,7 +22,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
-        parser.add_argument("--name", default=None, help="worker name (default: <inproc|fork>-<random>)")
+        parser.add_argument("--name", default=None,
+                            help="worker name (default: <inproc|fork>-<random>); a fixed name is taken over from a "
+                                 "worker silent for LEASE_SECONDS, and waited for while its holder is alive")
         parser.add_argument("--with-scheduler", action="store_true")
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--fork", dest="fork", action="store_true", default=None,
