@@ -12,8 +12,6 @@ chunked encoding) with 400 before Django sees the request.
     PORT / WEB_BIND     where to listen (default 127.0.0.1:$PORT, PORT default 8000;
                         WEB_BIND=0.0.0.0:8000 when a load balancer on another host connects)
     WEB_CONCURRENCY     worker processes (default 2; about 2 x cores is a common start)
-    WEB_THREADS         threads per worker process (default 4): htmx polls are short
-    WEB_TIMEOUT         seconds a request may take before its worker is restarted (default 60)
     WEB_ACCESS_LOG      "-" (stdout, the default) or a file; empty turns the access log off
     FORWARDED_ALLOW_IPS the proxies whose X-Forwarded-* headers gunicorn believes (gunicorn's own variable)
 
@@ -28,8 +26,8 @@ workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 # Threads, not one request per process: a slow client (or a long upload) does not
 # hold a whole worker process, and idle keep-alive connections cost a thread at most.
 worker_class = "gthread"
-threads = int(os.environ.get("WEB_THREADS", "4"))
-timeout = int(os.environ.get("WEB_TIMEOUT", "60"))
+threads = 4  # htmx polls are short: four threads keep a process busy without a queue behind a slow one
+timeout = 60  # s: no page or upload takes a minute; a request that does is stuck, and its process is restarted
 # SIGTERM: stop accepting, finish what is in flight for up to this long (systemd's
 # TimeoutStopSec and make run's grace are longer), then exit.
 graceful_timeout = 20

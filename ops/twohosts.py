@@ -86,7 +86,6 @@ class TwoHosts:
     workdir: Path
     subnet: str = "10.231.25"
     lease_seconds: float = 6.0
-    heartbeat_seconds: float = 2.0
     extra_env: dict = field(default_factory=dict)
     procs: Processes = field(init=False)
     children: dict[str, Child] = field(default_factory=dict, init=False)
@@ -187,12 +186,10 @@ class TwoHosts:
             "EMAIL_PORT": str(HD_SMTP_PORT),
             "OPENAI_API_KEY": "",
             "LEASE_SECONDS": str(self.lease_seconds),
-            "HEARTBEAT_SECONDS": str(self.heartbeat_seconds),
             "RECOVER_INTERVAL_SECONDS": "1",
             "WEB_BIND": f"{self.addr('web')}:{WEB_PORT}",
             "WEB_CONCURRENCY": "2",
             "WEB_ACCESS_LOG": "",
-            "STATIC_ROOT": str(self.workdir / "static"),
             "TICKETAGENT_VAR_DIR": str(self.workdir / "var"),
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,

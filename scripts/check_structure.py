@@ -30,6 +30,10 @@ And the architecture's never-rules (`docs/design.md`, "Layers"):
   ``ticketagent.pipeline.statements`` (its phases' locks and checkpoint move);
 * no ``connection.vendor`` branch: PostgreSQL is the one database.
 
+And the configuration's one table: every environment variable the product's
+code reads is in docs/configuration.md's table, and the table lists nothing
+else (``scripts/env_inventory.py``).
+
 An exception, where one is truly better, goes in EXCEPTIONS below with its
 reason. Exit status 1 on any breach, listing each with file and line.
 """
@@ -40,6 +44,9 @@ import ast
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import env_inventory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ticketagent", "ledger", "sandbox", "ops", "scripts")
@@ -342,6 +349,8 @@ def check() -> list[Breach]:
                             for m, n in zip(component, [*component[1:], component[0]], strict=True))
         breaches.append(Breach(first.rel, 1, "import cycle", chain))
     breaches += architecture(modules)
+    breaches += [Breach("docs/configuration.md", 1, "configuration table", problem)
+                 for problem in env_inventory.problems()]
     return sorted(breaches, key=lambda b: (b.path, b.line))
 
 

@@ -6,6 +6,7 @@ skips with the reason; with TICKETAGENT_REQUIRE_ALL=1 (set by .ci/run) the
 skip is a failure instead.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -187,8 +188,6 @@ def workers(transactional_db, queue, sandbox, tmp_path):
         "HELPDESK_URL": sandbox.base_url,
         "EMAIL_PORT": str(sandbox.smtp_port),
         "LEASE_SECONDS": str(settings.LEASE_SECONDS),
-        "HEARTBEAT_SECONDS": str(settings.HEARTBEAT_SECONDS),
-        "LEASE_MARGIN_SECONDS": str(settings.LEASE_MARGIN_SECONDS),
         "HELPDESK_UPSTREAM_TIMEOUT": str(settings.HELPDESK_UPSTREAM_TIMEOUT),
         "HELPDESK_CONNECT_TIMEOUT": str(settings.HELPDESK_CONNECT_TIMEOUT),
         "HELPDESK_READ_TIMEOUT": str(settings.HELPDESK_READ_TIMEOUT),
@@ -197,14 +196,18 @@ def workers(transactional_db, queue, sandbox, tmp_path):
         "OPENAI_BASE_URL": settings.OPENAI_BASE_URL or "",
         "OPENAI_MAX_RETRIES": str(settings.OPENAI_MAX_RETRIES),
         "OPENAI_TIMEOUT": str(settings.OPENAI_TIMEOUT),
-        "OPENAI_CONNECT_TIMEOUT": str(settings.OPENAI_CONNECT_TIMEOUT),
         "OPENAI_MODEL": settings.OPENAI_MODEL,
-        "AGENT_MAX_STEPS": str(settings.AGENT_MAX_STEPS),
         "PYTHONUNBUFFERED": "1",
     }
     w = Workers(env, tmp_path)
     yield w
     w.stop_all()
+
+
+def child_settings(**values) -> dict[str, str]:
+    """Settings that are constants of the product, for the processes a test starts (they run tests.settings,
+    which applies them): pass it in their environment, e.g. `workers.start(1, extra_env=child_settings(...))`."""
+    return {"TEST_SETTINGS": json.dumps(values)}
 
 
 def wait_for(predicate, timeout: float = 30, interval: float = 0.2, message: str = "condition"):

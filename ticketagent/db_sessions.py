@@ -35,8 +35,8 @@ plan, which is why it is not the choice where autovacuum keeps plans fresh.
 The client side (TCP keepalives and tcp_user_timeout, in
 `settings.DATABASES`) lets a worker notice a dead link instead of waiting
 on a socket for the kernel's two hours. The server side is set here, with
-the same values (the connection's own libpq options, DB_KEEPALIVES_* and
-DB_TCP_USER_TIMEOUT_MS): a host that vanishes while its session sits idle
+the same values (the connection's own libpq options, ticketagent/settings.py):
+a host that vanishes while its session sits idle
 leaves a backend waiting for a statement that never comes, which the
 server's kernel, whose own keepalive starts after two hours, would keep
 for that long, holding a connection slot and the session's memory.

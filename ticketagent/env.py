@@ -150,15 +150,12 @@ def secret_key_weakness(key: str, *, development_key: str) -> str:
     return ""
 
 
-def envcsp(name: str, default: str) -> dict | None:
+def csp_policy(policy: str) -> dict:
     """A Content-Security-Policy header (``directive value ...; ...``) as django-csp's
-    CONTENT_SECURITY_POLICY setting; an empty value turns the header off (None).
-    A directive django-csp does not know stops start-up (it would be dropped silently)."""
+    CONTENT_SECURITY_POLICY setting. A directive django-csp does not know stops start-up
+    (it would be dropped silently)."""
     from csp.utils import DEFAULT_DIRECTIVES
 
-    policy = os.environ.get(name, default)
-    if not policy.strip():
-        return None
     directives: dict[str, list[str] | bool] = {}
     for part in policy.split(";"):
         words = part.split()
@@ -166,6 +163,6 @@ def envcsp(name: str, default: str) -> dict | None:
             continue
         directive = words[0].lower()
         if directive not in DEFAULT_DIRECTIVES:
-            raise ImproperlyConfigured(f"{name}: unknown directive {words[0]!r}")
+            raise ImproperlyConfigured(f"Content-Security-Policy: unknown directive {words[0]!r}")
         directives[directive] = words[1:] or True
     return {"DIRECTIVES": directives}

@@ -1,6 +1,7 @@
 """Settings for the ticket agents, read from the environment.
 
-Every variable is documented in README.md ("Configuration") and .env.example.
+Every variable read here is in the table of docs/configuration.md (a test compares them) and in .env.example;
+values with one right value are constants, each with its reason beside it.
 Local defaults are safe for a laptop: the private PostgreSQL under var/, a local Redis,
 the offline model and the sandbox helpdesk. With DEBUG off the process
 refuses to start without SECRET_KEY and ALLOWED_HOSTS.
@@ -13,9 +14,9 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from ticketagent.env import (
+    csp_policy,
     envbool,
     envchoice,
-    envcsp,
     envfloat,
     envint,
     envint_or_none,
@@ -114,7 +115,8 @@ TEMPLATES = [
 # --- database ---------------------------------------------------------------
 # The default is the private PostgreSQL that `make run` starts under var/ (ops/pgserver.py), over its unix socket.
 DATABASE_URL = envstr("DATABASE_URL") or f"postgres://postgres@{quote(str(VAR_DIR / 'postgres'), safe='')}/ticketagent"
-_db = dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 0, minimum=0))
+# 0: a web request's connection closes with it (requests are short; a worker keeps its own: pipeline/run.py)
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
 if _db["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured(
         f"DATABASE_URL: the ticket agents run on PostgreSQL only, not {DATABASE_URL.partition(':')[0]!r}; give "
@@ -125,35 +127,37 @@ if _db["ENGINE"] != "django.db.backends.postgresql":
 # The workers' and the sweep's sessions set the same values on the server's
 # side (ticketagent/db_sessions.py): a vanished host's sessions end there too.
 _db["OPTIONS"] = {
-    "connect_timeout": envint("DB_CONNECT_TIMEOUT", 10, minimum=1),
+    "connect_timeout": 10,  # s: a server that has not answered a new connection in 10 s is down, not slow
     "keepalives": 1,
-    "keepalives_idle": envint("DB_KEEPALIVES_IDLE", 10, minimum=1),
-    "keepalives_interval": envint("DB_KEEPALIVES_INTERVAL", 3, minimum=1),
-    "keepalives_count": envint("DB_KEEPALIVES_COUNT", 3, minimum=1),
-    "tcp_user_timeout": envint("DB_TCP_USER_TIMEOUT_MS", 20000, minimum=0),
+    "keepalives_idle": 10,  # s of silence before the first probe: a lost host is suspected within seconds
+    "keepalives_interval": 3,  # s between probes
+    "keepalives_count": 3,  # unanswered probes: the link is dead after idle + 3 x 3 s = 19 s
+    "tcp_user_timeout": 20000,  # ms data sent may stay unacknowledged: just past the probes' 19 s
     **_db.get("OPTIONS", {}),
 }
-# Parameters bound by the server, and a statement a session has run DB_PREPARE_THRESHOLD times kept prepared
-# there (parsed once; planned once too, unless autovacuum is off: DB_PLAN_CACHE_MODE below): a worker runs the
-# same few statements for every item. `none`: never (a pooler in front that cannot keep prepared
-# statements; docs/deploy.md).
-_db["OPTIONS"].update(server_side_binding=True,
-                      prepare_threshold=envint_or_none("DB_PREPARE_THRESHOLD", 5, minimum=0))
+# Parameters bound by the server, and a statement a session has run 5 times kept prepared there (parsed once;
+# planned once too, unless autovacuum is off: DB_PLAN_CACHE_MODE below): a worker runs the same few statements
+# for every item, while a statement run once or twice is not worth a prepare. A pool in front runs in session
+# mode, which keeps prepared statements (docs/deploy.md).
+_db["OPTIONS"].update(server_side_binding=True, prepare_threshold=5)
 _db["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _db}
 # Per-session limits of the workers' and the sweep's sessions (ticketagent/db_sessions.py).
-DB_STATEMENT_TIMEOUT_SECONDS = envfloat("DB_STATEMENT_TIMEOUT_SECONDS", 30.0, minimum=0.1)
-DB_IDLE_IN_TRANSACTION_SECONDS = envfloat("DB_IDLE_IN_TRANSACTION_SECONDS", 5.0, minimum=0.1)
-DB_SWEEP_LOCK_TIMEOUT_SECONDS = envfloat("DB_SWEEP_LOCK_TIMEOUT_SECONDS", 2.0, minimum=0.1)
-# Workers' and the sweep's plan_cache_mode; empty: by the server's autovacuum (ticketagent/db_sessions.py).
-DB_PLAN_CACHE_MODE = envchoice("DB_PLAN_CACHE_MODE", "", ("auto", "force_custom_plan"))
+# Fixed values, not read from the environment (tests set them here, in-process):
+DB_STATEMENT_TIMEOUT_SECONDS = 30.0  # a phase's statements take milliseconds: 30 s is a stalled server
+DB_IDLE_IN_TRANSACTION_SECONDS = 5.0  # no phase keeps a transaction open across a network call
+DB_SWEEP_LOCK_TIMEOUT_SECONDS = 2.0  # the sweep skips locked rows; a lock held longer is a worker's, left to it
+# Workers' and the sweep's plan_cache_mode; empty: by the server's autovacuum (ticketagent/db_sessions.py), the
+# choice measured best either way (docs/benchmarks.md, "Plans kept from near-empty tables").
+DB_PLAN_CACHE_MODE = ""
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- redis / rq ---------------------------------------------------------------
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 RQ_QUEUE = envstr("RQ_QUEUE", "ticketagent")
 RQ_QUEUES = {
-    RQ_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": envint("RQ_JOB_TIMEOUT", 900, minimum=10)},
+    # 900 s: rq's own bound on one item's job, far past any lease-checked call; the lease, not rq, fences work
+    RQ_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 900},
 }
 # The cache holds only rate-limit counters: Redis, so every web process on
 # every host shares them (a key prefix keeps them apart from the queue's keys).
@@ -169,8 +173,9 @@ CACHES = {
 # enqueues immediately when asked.
 RQ = {"COMMIT_MODE": "auto"}
 # The dashboard's whole-database counts (health tiles, /metrics) are shared
-# through the cache for this many seconds (0: counted for every request).
-HEALTH_CACHE_SECONDS = envfloat("HEALTH_CACHE_SECONDS", 5.0, minimum=0.0)
+# through the cache for this many seconds (0: counted for every request):
+# the pages poll every 2 s and Prometheus every 15 s or more; counts 5 s old are current enough.
+HEALTH_CACHE_SECONDS = 5.0
 # How a worker runs its jobs: in its own process (the default; one database
 # connection per worker, kept between jobs and health-checked before each,
 # unless the previous one ended cleanly moments ago: pipeline/run.py) or,
@@ -182,8 +187,9 @@ WORKER_FORK = envbool("WORKER_FORK", False)
 WORKER_THREADS = envint("WORKER_THREADS", 1, minimum=1)
 # How often a worker checks that its command channel (rq's stop-job, shutdown,
 # kill-horse) still delivers, by a probe through it; a deaf one is rebuilt
-# (ticketagent/rqworker.py). 0: never checked (rq's own behaviour).
-WORKER_COMMAND_CHECK_SECONDS = envfloat("WORKER_COMMAND_CHECK_SECONDS", 30.0, minimum=0.0)
+# (ticketagent/rqworker.py). 0: never checked (rq's own behaviour). 30 s: a
+# stop or shutdown is heard within half a minute for one PUBLISH a worker each time.
+WORKER_COMMAND_CHECK_SECONDS = 30.0
 RQ_SHOW_ADMIN_LINK = True
 
 # --- auth ---------------------------------------------------------------------
@@ -208,7 +214,7 @@ USE_TZ = True
 # DEBUG on they are served from the source folders, as edited (no collectstatic).
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = Path(envstr("STATIC_ROOT", str(VAR_DIR / "static")))
+STATIC_ROOT = VAR_DIR / "static"  # beside the product's other files (TICKETAGENT_VAR_DIR); WhiteNoise serves it
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
@@ -232,7 +238,7 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
-SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 12 * 3600, minimum=60)
+SESSION_COOKIE_AGE = 12 * 3600  # one working day: an operator signs in once a shift
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _HTTPS)
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 3600 if _HTTPS else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _HTTPS)
@@ -259,29 +265,29 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 # The Content-Security-Policy header (django-csp): only our own scripts and
 # styles; inline style attributes are allowed (progress bars), inline scripts
-# and javascript: URLs are not. The env variable is the header as written;
-# empty turns it off. /admin/ is left alone: the Django admin and the RQ
+# and javascript: URLs are not. It is the one the product's own pages need, so
+# not a setting. /admin/ is left alone: the Django admin and the RQ
 # dashboard (staff only) use inline scripts.
-CONTENT_SECURITY_POLICY = envcsp(
-    "CONTENT_SECURITY_POLICY",
+CONTENT_SECURITY_POLICY = csp_policy(
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
 )
-if CONTENT_SECURITY_POLICY is not None:
-    CONTENT_SECURITY_POLICY["EXCLUDE_URL_PREFIXES"] = ["/admin/"]
+CONTENT_SECURITY_POLICY["EXCLUDE_URL_PREFIXES"] = ["/admin/"]
 # A request body larger than this is refused with 413 before it is read
-# (files included: ticketagent.web.middleware.RequestSizeLimitMiddleware).
-REQUEST_MAX_BYTES = envint("REQUEST_MAX_BYTES", 12 * 1024 * 1024, minimum=1024)
+# (files included: ticketagent.web.middleware.RequestSizeLimitMiddleware):
+# the largest upload (UPLOAD_MAX_BYTES, below) and 2 MiB for the form around it.
+UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+REQUEST_MAX_BYTES = UPLOAD_MAX_BYTES + 2 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
 FILE_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
 # Budgets (ticketagent/web/ratelimit.py, counted by django-ratelimit in the
 # default cache): over them, 429 with Retry-After. Failed logins are counted
 # per user name and per client address; a browser that signed in before has
 # its own budget, so others' failures never lock its owner out.
-RATE_LIMIT_UPLOADS_PER_MINUTE = envint("RATE_LIMIT_UPLOADS_PER_MINUTE", 10, minimum=1)
-RATE_LIMIT_ACTIONS_PER_MINUTE = envint("RATE_LIMIT_ACTIONS_PER_MINUTE", 120, minimum=1)
-RATE_LIMIT_LOGINS_PER_MINUTE = envint("RATE_LIMIT_LOGINS_PER_MINUTE", 10, minimum=1)
-RATE_LIMIT_LOGINS_PER_CLIENT_PER_MINUTE = envint("RATE_LIMIT_LOGINS_PER_CLIENT_PER_MINUTE", 10, minimum=1)
+RATE_LIMIT_UPLOADS_PER_MINUTE = 10  # a person uploads a batch now and then; 10 a minute is a script
+RATE_LIMIT_ACTIONS_PER_MINUTE = 120  # two clicks a second, sustained, is no person at work
+RATE_LIMIT_LOGINS_PER_MINUTE = 10  # a typo or two, not a password guesser
+RATE_LIMIT_LOGINS_PER_CLIENT_PER_MINUTE = 10  # the same, per address
 # Behind a reverse proxy every request comes from the proxy's address: with this
 # on, the client is the right-most X-Forwarded-For entry (the one the proxy
 # appended). Only set it when such a proxy is always in front.
@@ -294,16 +300,15 @@ DEFAULT_EXCEPTION_REPORTER = "ticketagent.web.middleware.RedactingExceptionRepor
 DEFAULT_EXCEPTION_REPORTER_FILTER = "ticketagent.web.middleware.RedactingExceptionReporterFilter"
 
 # --- the product ----------------------------------------------------------------
-UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
 UPLOAD_MAX_ROWS = envint("UPLOAD_MAX_ROWS", 50_000, minimum=1)
 
 OPENAI_API_KEY = envstr("OPENAI_API_KEY")
 OPENAI_BASE_URL = envstr("OPENAI_BASE_URL") or None
 OPENAI_MODEL = envstr("OPENAI_MODEL", "gpt-4o-mini")
 OPENAI_TIMEOUT = envfloat("OPENAI_TIMEOUT", 60.0, minimum=0.1)
-OPENAI_CONNECT_TIMEOUT = envfloat("OPENAI_CONNECT_TIMEOUT", 5.0, minimum=0.1)
+OPENAI_CONNECT_TIMEOUT = 5.0  # s: opening a connection takes milliseconds; 5 s is an endpoint that is down
 OPENAI_MAX_RETRIES = envint("OPENAI_MAX_RETRIES", 2, minimum=0)
-AGENT_MAX_STEPS = envint("AGENT_MAX_STEPS", 6, minimum=1)
+AGENT_MAX_STEPS = 6  # a step's turns with tools: a decision needs two or three; six is a model going round
 # USD per 1M tokens by model name, over the list prices in ticketagent/llm/prices.py (JSON; `.env.example`).
 MODEL_PRICES = envprices("MODEL_PRICES")
 # The model API's governor (ticketagent/governor.py), shared by every worker through Redis: requests and
@@ -313,24 +318,29 @@ MODEL_PRICES = envprices("MODEL_PRICES")
 OPENAI_RPM = envint_or_none("OPENAI_RPM", None, minimum=1)
 OPENAI_TPM = envint_or_none("OPENAI_TPM", None, minimum=1)
 OPENAI_MAX_CONCURRENCY = envint_or_none("OPENAI_MAX_CONCURRENCY", None, minimum=1)
-MODEL_WAIT_SECONDS = envfloat("MODEL_WAIT_SECONDS", 120.0, minimum=1.0)
-MODEL_PROBE_MAX_SECONDS = envfloat("MODEL_PROBE_MAX_SECONDS", 8.0, minimum=0.5)
+MODEL_WAIT_SECONDS = 120.0  # two minutes: then the item goes back to the queue and nothing holds its slot
+MODEL_PROBE_MAX_SECONDS = 8.0  # an endpoint back up is noticed within 8 s, for one request per 8 s at most
 
-# Consecutive failed items that suspend a task (each task may override it).
-SUSPEND_AFTER_FAILURES = envint("SUSPEND_AFTER_FAILURES", 3, minimum=1)
+# Consecutive failed items that suspend a task (each task may override it): a broken model or helpdesk
+# trips it at once, one bad ticket does not.
+SUSPEND_AFTER_FAILURES = 3
 # An item's lease: how long a worker may go silent before the sweep takes it
 # over. A worker calls out only while its lease is known valid for the whole
 # call (the channel's longest call + LEASE_MARGIN_SECONDS): the lease must be
 # longer than that (checked at start: `manage.py check`).
 LEASE_SECONDS = envfloat("LEASE_SECONDS", 30.0, minimum=1.0)
-HEARTBEAT_SECONDS = envfloat("HEARTBEAT_SECONDS", 3.0, minimum=0.1)
-LEASE_MARGIN_SECONDS = envfloat("LEASE_MARGIN_SECONDS", 1.0, minimum=0.0)
+# Ten heartbeats a lease: a lease outlives nine lost rounds, and a round is one statement a process.
+HEARTBEAT_SECONDS = LEASE_SECONDS / 10
+# What the lease must still hold after a call's own bound: the time from the check to the send (a thread
+# switch, a busy host) -- a second is hundreds of times that and a small part of any lease.
+LEASE_MARGIN_SECONDS = 1.0
 RECOVER_INTERVAL_SECONDS = envfloat("RECOVER_INTERVAL_SECONDS", 1.0, minimum=0.1)
 # A queued item whose RQ job is missing for this long is enqueued again.
 REQUEUE_GRACE_SECONDS = envfloat("REQUEUE_GRACE_SECONDS", 5.0, minimum=0.0)
 # Jobs of one task waiting in Redis at a time (its window; the rest wait in
-# the database and are sent as items end). 0: twice the live workers, at least 4.
-QUEUE_WINDOW = envint("QUEUE_WINDOW", 0, minimum=0)
+# the database and are sent as items end). 0: twice the live workers' item threads, at least 4 -- every
+# thread has its next job at hand, and a flush of Redis loses little (ticketagent/window.py).
+QUEUE_WINDOW = 0
 
 # What the ledger is told of its owner (it names no action and no system of its own):
 # the action table and the function that returns a channel's adapter.
@@ -348,7 +358,7 @@ HELPDESK_USER = envstr("HELPDESK_USER")  # rt: user name; zendesk: the agent's e
 HELPDESK_PASSWORD = envstr("HELPDESK_PASSWORD")  # rt: password
 # Check the helpdesk (and the mail server, for email tasks) before creating a
 # task: wrong credentials are one clear error, not fifty failed items.
-HELPDESK_CHECK_BEFORE_TASKS = envbool("HELPDESK_CHECK_BEFORE_TASKS", True)
+HELPDESK_CHECK_BEFORE_TASKS = True
 HELPDESK_CONNECT_TIMEOUT = envfloat("HELPDESK_CONNECT_TIMEOUT", 2.0, minimum=0.1)
 HELPDESK_READ_TIMEOUT = envfloat("HELPDESK_READ_TIMEOUT", 5.0, minimum=0.1)
 # How long a gateway in front of the helpdesk (nginx, Apache) may still hand a
@@ -360,19 +370,20 @@ HELPDESK_UPSTREAM_TIMEOUT = envfloat("HELPDESK_UPSTREAM_TIMEOUT", 60.0, minimum=
 # 5xx): its calls wait, one worker probes it (ticketagent/channels/waiting.py).
 # How long a call waits before its item is handed back to the queue (not
 # failed); the longest pause between two probes.
-CHANNEL_WAIT_SECONDS = envfloat("CHANNEL_WAIT_SECONDS", 120.0, minimum=1.0)
-CHANNEL_PROBE_MAX_SECONDS = envfloat("CHANNEL_PROBE_MAX_SECONDS", 8.0, minimum=0.5)
+CHANNEL_WAIT_SECONDS = 120.0  # as MODEL_WAIT_SECONDS: then the item goes back to the queue
+CHANNEL_PROBE_MAX_SECONDS = 8.0  # as MODEL_PROBE_MAX_SECONDS: back within 8 s, one probe per 8 s at most
 # Zendesk only (HELPDESK_KIND=zendesk; docs/channels.md "Zendesk Support API"):
 # the group and priority the escalate action sets (0 / "keep": leave as is),
 # and the longest Retry-After a request waits out before its one retry.
 ZENDESK_ESCALATION_GROUP_ID = envint("ZENDESK_ESCALATION_GROUP_ID", 0, minimum=0)
 ZENDESK_ESCALATION_PRIORITY = envchoice("ZENDESK_ESCALATION_PRIORITY", "high",
                                         ("keep", "low", "normal", "high", "urgent"))
-ZENDESK_RATE_LIMIT_MAX_WAIT = envfloat("ZENDESK_RATE_LIMIT_MAX_WAIT", 5.0, minimum=0.0)
+ZENDESK_RATE_LIMIT_MAX_WAIT = 5.0  # s: a longer Retry-After would hold the item's lease; it is retried later
 # Request Tracker (HELPDESK_KIND=rt): HELPDESK_URL is RT's base URL (the adapter
 # adds /REST/2.0), HELPDESK_USER and HELPDESK_PASSWORD an RT user's (basic auth).
-# The transaction custom field that holds each write's idempotency key:
-RT_CUSTOM_FIELD = envstr("RT_CUSTOM_FIELD", "IdempotencyKey")
+# The transaction custom field that holds each write's idempotency key: the name `manage.py rt-setup` gives the
+# field it creates (docs/channels.md), so every RT the agent works on names it alike.
+RT_CUSTOM_FIELD = "IdempotencyKey"
 # What `escalate` changes: the queue, the owner (an RT user name), the priority
 # (none: left alone). At least one must be set.
 RT_ESCALATION_QUEUE = envstr("RT_ESCALATION_QUEUE")
@@ -382,7 +393,7 @@ RT_ESCALATION_PRIORITY = envint_or_none("RT_ESCALATION_PRIORITY", 100, minimum=0
 RT_STATUSES = envmap("RT_STATUSES", {"open": "open", "pending": "stalled", "solved": "resolved",
                                      "escalated": "open", "on_hold": "stalled"},
                      keys=("open", "pending", "solved", "escalated", "on_hold"))
-EMAIL_BACKEND = envstr("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"  # the email channel speaks SMTP (tests use Django's own)
 EMAIL_HOST = envstr("EMAIL_HOST", "127.0.0.1")
 EMAIL_PORT = envint("EMAIL_PORT", 8026, minimum=1)
 EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")
@@ -394,7 +405,9 @@ MESSAGE_ID_DOMAIN = envstr("MESSAGE_ID_DOMAIN", "ticketagent.local")
 
 # /metrics: login, or this bearer token for a Prometheus scraper.
 METRICS_TOKEN = envstr("METRICS_TOKEN")
-UNKNOWN_AGE_WARN_SECONDS = envint("UNKNOWN_AGE_WARN_SECONDS", 900, minimum=1)
+# An unknown effect older than this is shown as overdue: reconcile settles one within minutes, so a quarter of
+# an hour means it needs a person.
+UNKNOWN_AGE_WARN_SECONDS = 900
 
 LOGGING = {
     "version": 1,

@@ -27,8 +27,7 @@ def run(bench: Bench) -> None:
     bench.log(f"== rate limit: {n} tickets against a model allowing {rpm} requests a minute (429 past it): "
               f"{3 * n} calls, the limit's own bound {bound:.0f} s; 1 worker × {threads} threads")
     server, base_url = bench.procs.start_model_server(s.ratelimit_call_seconds, rpm=rpm)
-    env = {"OPENAI_API_KEY": "bench-key", "OPENAI_BASE_URL": base_url, "WORKER_THREADS": str(threads),
-           "MODEL_WAIT_SECONDS": "120"}
+    env = {"OPENAI_API_KEY": "bench-key", "OPENAI_BASE_URL": base_url, "WORKER_THREADS": str(threads)}
     try:
         procs = bench.procs.start_workers(1, env)
         sweep = bench.procs.start_recovery(env)  # as deployed: an item of a worker that dies is taken over

@@ -15,14 +15,14 @@ from django.urls import reverse
 from ledger.models import Effect, EffectState
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 
-from ..conftest import wait_for
+from ..conftest import child_settings, wait_for
 from ..factories import make_task
 
 pytestmark = pytest.mark.slow
 
 OUTAGE_SECONDS = 15.0
 # short waits: a call waits 4 s for the helpdesk, then its item goes back to the queue (and waits again there)
-WAITING = {"CHANNEL_PROBE_MAX_SECONDS": "2", "CHANNEL_WAIT_SECONDS": "4"}
+WAITING = child_settings(CHANNEL_PROBE_MAX_SECONDS=2.0, CHANNEL_WAIT_SECONDS=4.0)
 
 
 def delivered_once(sandbox, task: Task) -> None:

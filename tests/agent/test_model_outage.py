@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from ticketagent.models import Event, EventType, ItemStatus, Task, TaskStatus
 
-from ..conftest import wait_for
+from ..conftest import child_settings, wait_for
 from ..factories import make_task
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ def test_an_outage_of_the_model_api_waits_and_the_batch_goes_on_by_itself(openai
 
 def outage(openai_server, workers, sandbox, client, alice):
     task = make_task(16)
-    env = {**openai_server.worker_env, "MODEL_PROBE_MAX_SECONDS": str(PROBE_MAX_SECONDS)}
+    env = {**openai_server.worker_env, **child_settings(MODEL_PROBE_MAX_SECONDS=PROBE_MAX_SECONDS)}
     workers.start(2, extra_env=env)
     workers.start_recovery()
 

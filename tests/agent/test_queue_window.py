@@ -17,7 +17,7 @@ from ticketagent.models import Event, EventType, Item, ItemStatus, TaskStatus
 from ticketagent.services.resume import task_resume
 from ticketagent.services.tasks import task_cancel, task_pause
 
-from ..conftest import wait_for
+from ..conftest import child_settings, wait_for
 from ..factories import make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +28,7 @@ WINDOW = 3
 @pytest.fixture
 def window(settings):
     settings.QUEUE_WINDOW = WINDOW
-    return {"QUEUE_WINDOW": str(WINDOW)}
+    return child_settings(QUEUE_WINDOW=WINDOW)
 
 
 def waiting_job_ids(task) -> set[str]:

@@ -82,7 +82,6 @@ def production_env(workers, tmp_path: Path, port: int) -> dict:
         "SECRET_KEY": secrets.token_urlsafe(50),
         "ALLOWED_HOSTS": "localhost,127.0.0.1",
         "SECURE_SSL_REDIRECT": "false",  # plain http on the loopback; everything else as in production
-        "STATIC_ROOT": str(tmp_path / "static"),
         "TICKETAGENT_VAR_DIR": str(tmp_path / "var"),
         "CACHE_KEY_PREFIX": f"test-{uuid.uuid4().hex}",
         "PORT": str(port),

@@ -24,7 +24,7 @@ from rq.command import send_shutdown_command
 
 from ops.processes import Processes, wait_port
 
-from ..conftest import skip_or_fail, wait_for
+from ..conftest import child_settings, skip_or_fail, wait_for
 from .stack import free_port
 
 pytestmark = [pytest.mark.slow]
@@ -111,7 +111,7 @@ def _run(workers, private_redis, check_seconds: str) -> tuple[bool, int]:
     direct = redis.Redis(port=private_redis)
     name = f"cmd-{check_seconds.replace('.', '-')}-{time.monotonic_ns()}"
     worker = workers.procs.start("worker", [sys.executable, "manage.py", "worker", "--name", name], env={
-        "REDIS_URL": f"redis://127.0.0.1:{relay.port}/0", "WORKER_COMMAND_CHECK_SECONDS": check_seconds})
+        "REDIS_URL": f"redis://127.0.0.1:{relay.port}/0", **child_settings(WORKER_COMMAND_CHECK_SECONDS=float(check_seconds))})
     try:
         channel = f"rq:pubsub:{name}"
         wait_for(lambda: direct.pubsub_numsub(channel)[0][1] == 1, timeout=60,

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow]
 
 OPERATOR = ("ops", "ops-pass-4711-correct-horse")
 ITEMS = 10
-LEASE, HEARTBEAT = 6.0, 1.0  # the lease covers a whole call: 1 + 1.5 s + the margin + a heartbeat
+LEASE = 6.0  # the lease covers a whole call: 1 + 1.5 s + the margin (1 s) + a heartbeat (a tenth of the lease)
 # Seconds from the cut to the task's end: the lease, then the sweep's take-over, then reconcile's settle time
 # for w1's in-flight effect (its lease deadline + the call's timeout + the helpdesk's in-flight bound), then
 # the retry; with room for a loaded machine.
@@ -172,7 +172,7 @@ def hosts(tmp_path):
     reason = missing()
     if reason:
         skip_or_fail(f"the walkthrough across hosts needs network namespaces: {reason}")
-    built = TwoHosts(tmp_path, lease_seconds=LEASE, heartbeat_seconds=HEARTBEAT,
+    built = TwoHosts(tmp_path, lease_seconds=LEASE,
                      extra_env={"HELPDESK_READ_TIMEOUT": "1.5", "HELPDESK_CONNECT_TIMEOUT": "1",
                                 "HELPDESK_UPSTREAM_TIMEOUT": "5", "EMAIL_TIMEOUT": "1"})
     try:

@@ -38,7 +38,7 @@ def openai_server(openai_server_session, settings, monkeypatch):
     settings.OPENAI_MAX_RETRIES = 1
     server.worker_env = {
         "OPENAI_API_KEY": server.api_key, "OPENAI_BASE_URL": server.base_url, "OPENAI_TIMEOUT": "1.0",
-        "OPENAI_CONNECT_TIMEOUT": "1.0", "OPENAI_MAX_RETRIES": "1", "AGENT_MAX_STEPS": str(settings.AGENT_MAX_STEPS),
+        "OPENAI_MAX_RETRIES": "1",
         "OPENAI_MODEL": settings.OPENAI_MODEL, "NO_PROXY": "127.0.0.1,localhost",
     }
     yield server

@@ -7,6 +7,7 @@ import pytest
 from django.urls import reverse
 
 from ops.killtest.rt import rt_writes
+from tests.conftest import child_settings
 from ticketagent.models import ItemStatus, Task, TaskStatus
 from ticketagent.services import readiness
 from ticketagent.sources import SourceError
@@ -71,7 +72,7 @@ def replies_carry_keys(rt, task: Task) -> None:
 
 def test_import_tickets_command_then_the_agent_replies_on_those_tickets(rt_server, rt_workers, tag):
     ids = some_tickets(rt_server, tag)
-    rt_workers.env["HELPDESK_CHECK_BEFORE_TASKS"] = "true"
+    rt_workers.env.update(child_settings(HELPDESK_CHECK_BEFORE_TASKS=True))
     done = rt_workers.command("import-tickets", f"Subject LIKE '{tag}'", "--allow-auto-close", "--name", tag)
     assert done.returncode == 0, done.stderr
     assert "querying Request Tracker at" in done.stdout and "with 3 item(s)" in done.stdout

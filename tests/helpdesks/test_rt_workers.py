@@ -18,7 +18,7 @@ from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskSta
 from ticketagent.services.tasks import task_create
 from ticketagent.upload.rows import TicketRow
 
-from ..conftest import wait_for
+from ..conftest import child_settings, wait_for
 from .lossy_proxy import LossyProxy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -138,7 +138,7 @@ def test_rt_going_down_mid_task_makes_it_wait_and_it_finishes_by_itself(rt_worke
     rt = rt_server
     task = rt_task(rt, 10)
     rt_workers.start_recovery()
-    rt_workers.start(2, extra_env={"CHANNEL_PROBE_MAX_SECONDS": "2"})
+    rt_workers.start(2, extra_env=child_settings(CHANNEL_PROBE_MAX_SECONDS=2.0))
     wait_for(lambda: task.items.filter(status=ItemStatus.DONE).exists(), timeout=60, message="a first item done")
     client.force_login(alice)
     page = reverse("task-detail", args=[task.pk])

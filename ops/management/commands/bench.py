@@ -143,7 +143,7 @@ class Command(BaseCommand):
             self.stdout.write(f"created the bench database {_redacted(url)}")
         redis_url, redis_proc = self._bench_redis()
         env = dict(os.environ)
-        for name in ("LEASE_SECONDS", "HEARTBEAT_SECONDS", "RECOVER_INTERVAL_SECONDS", "REQUEUE_GRACE_SECONDS",
+        for name in ("LEASE_SECONDS", "RECOVER_INTERVAL_SECONDS", "REQUEUE_GRACE_SECONDS",
                      "OPENAI_BASE_URL", "TEST_DATABASE_URL"):
             env.pop(name, None)  # the defaults are what is measured
         env.update({
