@@ -30,9 +30,11 @@ The exit status is pytest's.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -172,6 +174,20 @@ def with_processes(argv: list[str], env: dict) -> list[str]:
     return ["-n", str(n), "--dist", "loadgroup", *argv]
 
 
+def with_basetemp(argv: list[str]) -> tuple[list[str], Path | None]:
+    """The pytest arguments with a --basetemp of this run's own (unless they name one), and that folder.
+
+    pytest's default, /tmp/pytest-of-<user>, is made private again (0700) by every pytest session that starts on
+    the machine, while servers this run started there as another user (the private PostgreSQL of `make run` in a
+    test's checkout copy runs as `postgres` when we are root) still need to pass through it: another session
+    starting beside this one would cut them off. A folder of this run's own is never reset."""
+    if any(a == "--basetemp" or a.startswith("--basetemp=") for a in argv):
+        return argv, None
+    place = Path(tempfile.mkdtemp(prefix="ticketagent-tests-"))
+    place.chmod(0o711)
+    return [f"--basetemp={place / 'pytest'}", *argv], place
+
+
 def run_with_redis(argv: list[str], env: dict) -> int:
     # pytest-django prefers the environment over the ini file, so only fill
     # DJANGO_SETTINGS_MODULE in when no pytest config names one.
@@ -181,11 +197,17 @@ def run_with_redis(argv: list[str], env: dict) -> int:
         redis_proc = pick_redis(env)
     except SystemExit as exc:
         return exc.code
+    argv, basetemp = with_basetemp(argv)
     try:
         rc = run_pytest(with_processes(argv, env), env)
     finally:
         if redis_proc is not None:
             ensure_redis.stop_process(redis_proc)
+    if basetemp is not None:
+        if rc == 0:
+            shutil.rmtree(basetemp, ignore_errors=True)
+        else:
+            say(f"the tests' temporary files are kept in {basetemp}")
     if rc == 5:
         say("pytest collected no tests (exit status 5)")
     return rc
