@@ -5,6 +5,8 @@ import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from ops.killtest.run import FAST_ENV, FAULTS, run_killtest
 
@@ -100,6 +102,11 @@ class Command(BaseCommand):
         playbook = Path(opts["playbook"]) if opts["playbook"] else None
         if playbook is not None and not playbook.is_file():
             raise CommandError(f"--playbook {opts['playbook']}: no such file")
+        executor = MigrationExecutor(connection)
+        unapplied = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        if unapplied:
+            raise CommandError(f"the database ({connection.settings_dict['NAME']}) lacks {len(unapplied)} "
+                               f"migrations: run `python manage.py migrate` on it first (DATABASE_URL)")
         seed = opts["seed"] if opts["seed"] is not None else random.randrange(1_000_000)
         self.stdout.write(f"kill test: seed {seed}, {opts['rounds']} rounds x {opts['items']} items x "
                           f"{opts['workers']} workers x {opts['threads']} threads, {keys}, channel {opts['channel']}, "
