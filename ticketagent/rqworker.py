@@ -32,6 +32,7 @@ from rq.worker import SimpleWorker as RQSimpleWorker
 from rq.worker import Worker as RQWorker
 from rq.worker import WorkerStatus
 
+from ticketagent.channels.served import helpdesk_known
 from ticketagent.stopping import process_stop
 
 PROBE_COMMAND = "ticketagent-probe"  # rq's handle_command ignores commands it does not know
@@ -188,6 +189,9 @@ class SignOfLife:
     def register_birth(self):
         super().register_birth()
         self.connection.hset(self.key, "kind", self.kind)
+        served = helpdesk_known()
+        if served is not None:  # the Workers page says which helpdesk it serves
+            self.connection.hset(self.key, mapping={"helpdesk": served.id, "helpdesk_label": served.label})
         self._say_alive_once()
         self._alive_stop = threading.Event()
         threading.Thread(target=self._say_alive, name="sign-of-life", daemon=True).start()
