@@ -10,8 +10,6 @@ import pytest
 from playwright.sync_api import expect
 
 from ledger.models import Effect
-from ops.processes import Processes, start_sandbox
-from sandbox.client import SandboxClient
 from ticketagent.models import Event, EventType, ItemStatus, TaskStatus
 
 from ..conftest import wait_for
@@ -19,16 +17,6 @@ from ..factories import make_task
 from .conftest import assert_accessible, assert_fits_the_screen, login
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-@pytest.fixture
-def other_sandbox(tmp_path):
-    """A second sandbox helpdesk, on ports of its own, with a database (and so an identity) of its own."""
-    procs = Processes(log_dir=tmp_path)
-    running = start_sandbox(procs, db=tmp_path / "other-helpdesk.sqlite3", quiet=True)
-    client = SandboxClient(running.url)
-    yield client
-    procs.stop(grace=5)
 
 
 def test_a_worker_of_another_helpdesk_takes_none_of_the_tasks_items_and_says_why(page, live_server, workers, sandbox,
