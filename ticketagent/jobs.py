@@ -19,6 +19,8 @@ import django_rq
 from django.conf import settings
 from rq.job import Job
 
+from ticketagent.models import FINAL_TASK_STATUSES, Task
+
 log = logging.getLogger(__name__)
 
 
@@ -55,6 +57,13 @@ def get_queue(name: str | None = None):
             _QUEUES.clear()
         queue = _QUEUES[key] = django_rq.get_queue(queue_registered(name))
     return queue
+
+
+def queues_in_use() -> list:
+    """The shared queue and the queue of each helpdesk a task not yet final is bound to."""
+    bound = (Task.objects.exclude(status__in=FINAL_TASK_STATUSES).filter(helpdesk_id__isnull=False)
+             .values_list("helpdesk_id", flat=True).distinct())
+    return [get_queue()] + [get_queue(queue_name(h)) for h in sorted(set(bound))]
 
 
 def queue_registered(name: str) -> str:

@@ -72,10 +72,11 @@ def _worker_kind(written: bytes | None, name: str) -> str:
 
 def _rq_workers(ops: Operations) -> None:
     """Fill the workers and queue counts from rq's registry."""
-    queue = jobs.get_queue()
-    ops.queue_length = queue.count
-    ops.started_jobs = queue.started_job_registry.count
-    ops.failed_jobs = queue.failed_job_registry.count
+    queues = jobs.queues_in_use()  # the shared queue and each helpdesk's
+    queue = queues[0]
+    ops.queue_length = sum(q.count for q in queues)
+    ops.started_jobs = sum(q.started_job_registry.count for q in queues)
+    ops.failed_jobs = sum(q.failed_job_registry.count for q in queues)
     registered = Worker.all(queue=queue)
     seen = seconds_since_seen(queue.connection, [w.key for w in registered])
     for worker, seen_ago in zip(registered, seen, strict=True):
