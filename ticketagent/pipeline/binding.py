@@ -41,6 +41,16 @@ def helpdesk_refusal(task: Task, served: Helpdesk | None, *, why_unknown: str = 
     return ""
 
 
+def lease_refusal(task: Task, item: Item, served: Helpdesk | None, *, why_unknown: str = "") -> str:
+    """Inside the lease, before anything is written: why this worker may not take `item` ("" if it may). A
+    queued item is handed back as it is (the reason starts with NOT_THIS_HELPDESK); a running one (whose
+    take-over would be a write) or an ended one is not this worker's to touch."""
+    refusal = helpdesk_refusal(task, served, why_unknown=why_unknown)
+    if not refusal or item.status == ItemStatus.QUEUED:
+        return refusal
+    return f"item is {item.status}; {refusal}"
+
+
 def needs_binding(task: Task, served: Helpdesk | None) -> bool:
     return not task.rehearsal and not task.helpdesk_id and served is not None
 

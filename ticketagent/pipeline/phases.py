@@ -32,7 +32,7 @@ from ticketagent.eventlog.append import blobs_put, event_append, events_append
 from ticketagent.failures import failure_label
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.pipeline.binding import helpdesk_refusal, needs_binding, task_bind_locked
+from ticketagent.pipeline.binding import lease_refusal, needs_binding, task_bind_locked
 from ticketagent.pipeline.budget import budget_enforce_locked, task_spend_locked
 from ticketagent.pipeline.lease import (
     ItemRun,
@@ -119,15 +119,15 @@ def _lease_acquire(item_id: int, attempt: int, token: str, served, why_unknown: 
             return f"task is {task.status}", None, None
         if item.attempt != attempt:
             return f"stale job: the item is on attempt {item.attempt}", None, None
+        refusal = lease_refusal(task, item, served, why_unknown=why_unknown)
+        if refusal:  # before anything is written (a take-over too)
+            return refusal, None, None
         if item.status == ItemStatus.RUNNING:
             if item.lease_expires_at and item.lease_expires_at > now:
                 return f"item is held by {item.lease_owner}", None, None
             item_take_over(item, actor=worker_name(), why="lease expired")
         elif item.status != ItemStatus.QUEUED:
             return f"item is {item.status}", None, None
-        refusal = helpdesk_refusal(task, served, why_unknown=why_unknown)
-        if refusal:  # before anything is written: the item is handed back as it is
-            return refusal, None, None
         if (task.status == TaskStatus.QUEUED or needs_binding(task, served)) and not write:
             raise TaskToWrite
         if needs_binding(task, served):
