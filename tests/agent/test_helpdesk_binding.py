@@ -95,3 +95,19 @@ def test_a_rehearsal_sends_nothing_so_any_worker_runs_it(sandbox, other_sandbox,
     task = make_task(1, rehearsal=True)
     settings.HELPDESK_URL = other_sandbox.base_url
     assert run(task.items.get()) == "done"
+
+
+def test_a_worker_of_another_helpdesk_does_not_take_over_an_expired_lease(sandbox, other_sandbox, settings):
+    """A take-over is a write (the old lease's intents become unknown): left to the sweep and the task's workers."""
+    from django.utils import timezone
+
+    task = make_task(1, allow_auto_close=True)
+    item = task.items.get()
+    Item.objects.filter(pk=item.pk).update(status=ItemStatus.RUNNING, lease_owner="gone-host:1", lease_token="old",
+                                           lease_expires_at=timezone.now() - timezone.timedelta(seconds=60))
+    settings.HELPDESK_URL = other_sandbox.base_url
+    outcome = run(item)
+    assert outcome.startswith("no work: item is running; bound to another helpdesk"), outcome
+    item.refresh_from_db()
+    assert (item.status, item.lease_token, item.attempt) == (ItemStatus.RUNNING, "old", 1)
+    assert not Event.objects.filter(item=item, type__in=(EventType.RECOVERED, EventType.ITEM_REQUEUED)).exists()
