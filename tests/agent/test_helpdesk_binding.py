@@ -8,6 +8,7 @@ import json
 import urllib.request
 
 import pytest
+from django.utils import timezone
 
 from ledger.models import Effect
 from ticketagent.llm.offline import OfflineModel
@@ -99,8 +100,6 @@ def test_a_rehearsal_sends_nothing_so_any_worker_runs_it(sandbox, other_sandbox,
 
 def test_a_worker_of_another_helpdesk_does_not_take_over_an_expired_lease(sandbox, other_sandbox, settings):
     """A take-over is a write (the old lease's intents become unknown): left to the sweep and the task's workers."""
-    from django.utils import timezone
-
     task = make_task(1, allow_auto_close=True)
     item = task.items.get()
     Item.objects.filter(pk=item.pk).update(status=ItemStatus.RUNNING, lease_owner="gone-host:1", lease_token="old",
