@@ -27,6 +27,7 @@ __all__ = ["MAX_BODY", "SandboxHTTPHandler", "SandboxHTTPServer"]
 MAX_BODY = 1024 * 1024  # HTTP request bodies
 WRITE_PATH_RE = re.compile(r"^/api/tickets/(.+)/(draft|notify|status|close|escalate)/?$")
 LOOKUP_PREFIX = "/api/lookup/"
+HELPDESK_PATH = "/api/helpdesk"
 STALL_MAX_SECONDS = 120  # a stalled read holds its connection until the client gives up, at most this long
 
 
@@ -167,6 +168,8 @@ class SandboxHTTPHandler(http.server.BaseHTTPRequestHandler):
             self._only(method, "GET") and self._send(
                 200, render_index(self.state), "text/html; charset=utf-8", {"Content-Security-Policy": CSP}
             )
+        elif path == HELPDESK_PATH:  # which helpdesk this is (ticketagent binds its tasks to it)
+            self._only(method, "GET") and self._json(200, {"kind": "sandbox", "instance": self.state.store.instance_id})
         elif path == "/_sandbox/health":
             self._only(method, "GET") and self._json(200, {"ok": True})
         elif path == "/_sandbox/counts":

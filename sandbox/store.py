@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 
 from sandbox.endpoints import ENDPOINTS
 
@@ -62,6 +63,23 @@ class Store:
             self._conn.execute(
                 "CREATE INDEX IF NOT EXISTS deliveries_key ON deliveries (key)"
             )
+            self.instance_id = self._instance_id()
+
+    def _instance_id(self) -> str:
+        """This helpdesk's identity: generated once, kept with its deliveries (a fresh database is another
+        helpdesk). ``reset`` keeps it: the same helpdesk, emptied."""
+        self._conn.execute("CREATE TABLE IF NOT EXISTS instance (id TEXT NOT NULL)")
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = self._conn.execute("SELECT id FROM instance LIMIT 1").fetchone()
+            if row is None:
+                row = (f"sandbox-{uuid.uuid4().hex}",)
+                self._conn.execute("INSERT INTO instance (id) VALUES (?)", row)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        return row[0]
 
     @staticmethod
     def _row(row: sqlite3.Row) -> dict:

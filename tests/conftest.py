@@ -136,6 +136,17 @@ def sandbox(sandbox_process, settings):
     client.reset()
 
 
+@pytest.fixture
+def other_sandbox(tmp_path):
+    """A second sandbox helpdesk, on ports of its own, with a database (and so an identity) of its own."""
+    procs = Processes(log_dir=tmp_path)
+    running = start_sandbox(procs, db=tmp_path / "other-helpdesk.sqlite3", quiet=True)
+    client = SandboxClient(running.url)
+    client.smtp_port = running.smtp_port
+    yield client
+    procs.stop(grace=5)
+
+
 # --------------------------------------------------------------------------- workers
 
 

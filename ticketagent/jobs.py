@@ -12,11 +12,14 @@ and the ledger skip what was done. The job itself is
 transport does not import the worker's code.
 """
 
+import hashlib
 import logging
 
 import django_rq
 from django.conf import settings
 from rq.job import Job
+
+from ticketagent.models import FINAL_TASK_STATUSES, Task
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +39,45 @@ def job_id(item_id: int, attempt: int) -> str:
 _QUEUES: dict[tuple, object] = {}
 
 
-def get_queue():
-    name = settings.RQ_QUEUE
-    key = (name, repr(settings.RQ_QUEUES.get(name)))
+def queue_name(helpdesk_id: str | None) -> str:
+    """The queue of the items of tasks bound to `helpdesk_id`: a worker listens to its own helpdesk's queue (and
+    to the shared one, RQ_QUEUE, where the items of tasks not bound yet wait), so a worker serving another
+    helpdesk never even takes them (`ticketagent.channels.identity`)."""
+    if not helpdesk_id:
+        return settings.RQ_QUEUE
+    return f"{settings.RQ_QUEUE}.hd-{hashlib.sha256(helpdesk_id.encode()).hexdigest()[:16]}"
+
+
+def get_queue(name: str | None = None):
+    name = name or settings.RQ_QUEUE
+    key = (name, repr(settings.RQ_QUEUES.get(name, settings.RQ_QUEUES[settings.RQ_QUEUE])))
     queue = _QUEUES.get(key)
     if queue is None:
         if len(_QUEUES) > 16:  # (tests change the configuration; a process keeps one)
             _QUEUES.clear()
-        queue = _QUEUES[key] = django_rq.get_queue(name)
+        queue = _QUEUES[key] = django_rq.get_queue(queue_registered(name))
     return queue
 
 
-def enqueue_items(refs: list[tuple[int, int]], *, strict: bool = False, front: bool = False) -> int:
-    """Enqueue the (item id, attempt) pairs that have no job yet, in one Redis pipeline; returns how many
-    (`front`: ahead of the jobs already waiting, in the order given).
+def queues_in_use() -> list:
+    """The shared queue and the queue of each helpdesk a task not yet final is bound to."""
+    bound = (Task.objects.exclude(status__in=FINAL_TASK_STATUSES).filter(helpdesk_id__isnull=False)
+             .values_list("helpdesk_id", flat=True).distinct())
+    return [get_queue()] + [get_queue(queue_name(h)) for h in sorted(set(bound))]
+
+
+def queue_registered(name: str) -> str:
+    """`name`, made known to django_rq (which builds queues and workers from RQ_QUEUES): a helpdesk's queue is
+    the shared queue's configuration (its Redis, its timeout) under another name."""
+    settings.RQ_QUEUES.setdefault(name, settings.RQ_QUEUES[settings.RQ_QUEUE])
+    return name
+
+
+def enqueue_items(refs: list[tuple[int, int]], *, queue: str | None = None, strict: bool = False,
+                  front: bool = False) -> int:
+    """Enqueue the (item id, attempt) pairs that have no job yet on the queue named `queue` (their task's:
+    `queue_name`), in one Redis pipeline; returns how many (`front`: ahead of the jobs already waiting, in the
+    order given).
 
     Redis is transport, not truth: if it is down, the items stay `queued` in
     the database and the recovery sweep enqueues them when it is back
@@ -57,7 +85,7 @@ def enqueue_items(refs: list[tuple[int, int]], *, strict: bool = False, front: b
     """
     if not refs:
         return 0
-    queue = get_queue()
+    queue = get_queue(queue)
     try:
         with queue.connection.pipeline(transaction=False) as pipe:
             for item_id, attempt in refs:
@@ -80,7 +108,7 @@ def enqueue_items(refs: list[tuple[int, int]], *, strict: bool = False, front: b
     return len(refs)
 
 
-def withdraw_items(refs: list[tuple[int, int]]) -> int:
+def withdraw_items(refs: list[tuple[int, int]], *, queue: str | None = None) -> int:
     """Take the jobs of these (item id, attempt) pairs out of the queue, in one pipeline.
 
     Returns how many were still waiting. A job a worker already popped runs
@@ -88,7 +116,7 @@ def withdraw_items(refs: list[tuple[int, int]]) -> int:
     """
     if not refs:
         return 0
-    queue = get_queue()
+    queue = get_queue(queue)
     try:
         with queue.connection.pipeline() as pipe:
             for item_id, attempt in refs:

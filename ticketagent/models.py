@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Upper
 
+from ticketagent.channels.identity import helpdesk_label
 from ticketagent.playbooks.models import Article, Playbook, PlaybookVersion, VersionStatus  # noqa: F401 - models
 
 
@@ -91,6 +92,12 @@ class Task(models.Model):
     # without one is summed from its events' usage instead (eventlog/usage.py), and its row stays unlocked.
     budget_usd = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
     budget_tokens = models.BigIntegerField(null=True, blank=True)
+    # The helpdesk the task acts on: the identity it reported (compared: a worker serving another takes none of
+    # its items), with its kind and URL as configured where the task was created (shown). Null: not bound yet
+    # (created before tasks were bound, or while the helpdesk did not answer): bound on a worker's first contact.
+    helpdesk_id = models.CharField(max_length=300, null=True, blank=True)
+    helpdesk_kind = models.CharField(max_length=16, blank=True)
+    helpdesk_url = models.CharField(max_length=500, blank=True)
     spent_usd = models.DecimalField(max_digits=20, decimal_places=9, default=0)
     spent_tokens = models.BigIntegerField(default=0)
 
@@ -110,6 +117,12 @@ class Task(models.Model):
 
     def __str__(self):
         return f"task {self.pk} {self.name}"
+
+    @property
+    def helpdesk_label(self) -> str:
+        if not self.helpdesk_id:
+            return "not bound to a helpdesk yet"
+        return helpdesk_label(self.helpdesk_kind, self.helpdesk_url, self.helpdesk_id)
 
     @property
     def is_final(self) -> bool:
@@ -258,6 +271,7 @@ class EventType(models.TextChoices):
     PLAN_CARRIED = "PLAN_CARRIED"  # a go-live item starts from its rehearsal's reviewed step outputs
     PLAN_RECOMPUTED = "PLAN_RECOMPUTED"  # a go-live item whose ticket changed since the rehearsal: decided again
     ITEM_MOVED = "ITEM_MOVED"  # moved to another playbook version: its model steps recompute there
+    HELPDESK_BOUND = "HELPDESK_BOUND"  # a task created unbound, bound to the helpdesk of a worker's first contact
 
 
 class AppendOnlyError(Exception):

@@ -135,8 +135,9 @@ def requeue_lost_jobs(now) -> int:
                   .filter(enqueued_at__lt=grace).values_list("pk", "attempt", "task_id", "enqueued_at")[:5000])
     if not queued:
         return 0
-    queue = jobs.get_queue()
-    conn = queue.connection
+    conn = jobs.get_queue().connection
+    queues = dict(Task.objects.filter(pk__in={task_id for _, _, task_id, _ in queued})
+                  .values_list("pk", "helpdesk_id"))  # each task's queue: its helpdesk's
     pipe = conn.pipeline()
     for pk, attempt, _, _ in queued:
         pipe.hmget(Job.key_for(jobs.job_id(pk, attempt)), ["status", "started_at"])
@@ -152,7 +153,7 @@ def requeue_lost_jobs(now) -> int:
         elif status == "started" and started_at and _rq_time(started_at) < now - stuck_after:
             next_attempt.append((pk, attempt, task_id))  # its worker died before leasing the item
         elif status == "queued" and enqueued_at < now - stuck_after * 2 and conn.lpos(
-                queue.key, jobs.job_id(pk, attempt)) is None:
+                jobs.get_queue(jobs.queue_name(queues.get(task_id))).key, jobs.job_id(pk, attempt)) is None:
             next_attempt.append((pk, attempt, task_id))  # popped by a worker that died at once
     return _enqueue_again(same_attempt) + _requeue_next_attempt(next_attempt)
 

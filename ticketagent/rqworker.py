@@ -34,6 +34,7 @@ from rq.worker import SimpleWorker as RQSimpleWorker
 from rq.worker import Worker as RQWorker
 from rq.worker import WorkerStatus
 
+from ticketagent.channels.served import helpdesk_known
 from ticketagent.stopping import process_stop
 from ticketagent.worker_name import take_name
 
@@ -204,6 +205,9 @@ class SignOfLife:
         self._taken_over = False
         super().register_birth()
         self.connection.hset(self.key, mapping={"kind": self.kind, "incarnation": self._incarnation})
+        served = helpdesk_known()
+        if served is not None:  # the Workers page says which helpdesk it serves
+            self.connection.hset(self.key, mapping={"helpdesk": served.id, "helpdesk_label": served.label})
         self._alive_stop = threading.Event()
         self._say_alive_once()
         threading.Thread(target=self._say_alive, name="sign-of-life", daemon=True).start()

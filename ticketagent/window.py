@@ -89,14 +89,20 @@ def window_refill(task_id: int, *, size: int | None = None, front: bool = False)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         refs = sorted(cursor.fetchall())
-    if refs:  # the jobs go out once the marks commit (at once outside a transaction)
-        transaction.on_commit(lambda: _send(refs, front))
+    if refs:  # the jobs go out once the marks commit (at once outside a transaction), on the task's queue
+        queue = task_queue(task_id)
+        transaction.on_commit(lambda: _send(refs, queue, front))
     return len(refs)
 
 
-def _send(refs: list[tuple[int, int]], front: bool = False) -> None:
+def task_queue(task_id: int) -> str:
+    """The queue of the task's items: its helpdesk's (`jobs.queue_name`), read as the task stands now."""
+    return jobs.queue_name(Task.objects.filter(pk=task_id).values_list("helpdesk_id", flat=True).first())
+
+
+def _send(refs: list[tuple[int, int]], queue: str, front: bool = False) -> None:
     try:
-        jobs.enqueue_items(refs, strict=True, front=front)
+        jobs.enqueue_items(refs, queue=queue, strict=True, front=front)
     except Exception as exc:  # noqa: BLE001 - Redis down: the items wait in the database for the next refill
         log.warning("could not send %d job(s) to Redis; the recovery sweep will: %s", len(refs), exc)
         Item.objects.filter(pk__in=[pk for pk, _ in refs], status=ItemStatus.QUEUED).update(enqueued_at=None)
@@ -119,7 +125,8 @@ def window_withdraw(task_id: int) -> int:
     refs = list(sent.values_list("pk", "attempt"))
     if refs:
         sent.update(enqueued_at=None)
-        transaction.on_commit(lambda: jobs.withdraw_items(refs))
+        queue = task_queue(task_id)
+        transaction.on_commit(lambda: jobs.withdraw_items(refs, queue=queue))
     return len(refs)
 
 

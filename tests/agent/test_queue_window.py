@@ -13,6 +13,7 @@ from rq.job import Job
 
 from ledger.models import Effect, EffectState
 from ticketagent import jobs
+from ticketagent import window as window_module
 from ticketagent.models import Event, EventType, Item, ItemStatus, TaskStatus
 from ticketagent.services.resume import task_resume
 from ticketagent.services.tasks import task_cancel, task_pause
@@ -31,9 +32,14 @@ def window(settings):
     return child_settings(QUEUE_WINDOW=WINDOW)
 
 
+def task_queue(task):
+    """The queue of the task's items: its helpdesk's."""
+    return jobs.get_queue(window_module.task_queue(task.pk))
+
+
 def waiting_job_ids(task) -> set[str]:
     ids = {jobs.job_id(pk, attempt) for pk, attempt in Item.objects.filter(task=task).values_list("pk", "attempt")}
-    return ids & set(jobs.get_queue().get_job_ids())
+    return ids & set(task_queue(task).get_job_ids())
 
 
 def starts(task, after_id: int = 0) -> list[int]:
@@ -44,7 +50,7 @@ def starts(task, after_id: int = 0) -> list[int]:
 class TestAWindowOfJobsPerTask:
     def test_only_the_window_goes_to_redis_and_the_rest_follows_as_items_end(self, workers, sandbox, window):
         task = make_task(8)
-        assert len(waiting_job_ids(task)) == WINDOW == jobs.get_queue().count
+        assert len(waiting_job_ids(task)) == WINDOW == task_queue(task).count
         assert task.items.filter(enqueued_at__isnull=True).count() == 8 - WINDOW
         assert workers.burst(extra_env=window) == 0, workers.logs()
         assert set(task.items.values_list("status", flat=True)) == {ItemStatus.DONE}
@@ -53,7 +59,7 @@ class TestAWindowOfJobsPerTask:
 
     def test_the_sweep_sends_the_window_when_nothing_else_does(self, workers, sandbox, window):
         task = make_task(5)
-        jobs.get_queue().empty()  # e.g. Redis lost its data
+        task_queue(task).empty()  # e.g. Redis lost its data
         Item.objects.filter(task=task).update(enqueued_at=None)
         workers.env.update(window)
         assert workers.command("recover").returncode == 0
@@ -66,7 +72,7 @@ class TestCancel:
         waiting = waiting_job_ids(task)
         assert len(waiting) == WINDOW
         task_cancel(task_id=task.pk, actor="alice")
-        assert waiting_job_ids(task) == set() and jobs.get_queue().count == 0
+        assert waiting_job_ids(task) == set() and task_queue(task).count == 0
         conn = jobs.get_queue().connection
         assert not any(conn.exists(Job.key_for(job_id)) for job_id in waiting)
         assert set(task.items.values_list("status", flat=True)) == {ItemStatus.SKIPPED}
@@ -107,11 +113,11 @@ def test_a_new_tasks_first_window_goes_ahead_of_the_waiting_jobs_and_its_refills
     big = make_task(5, prefix="B")
     small = make_task(5, prefix="S")
     ids = lambda task: [jobs.job_id(pk, 1) for pk in task.items.order_by("pk").values_list("pk", flat=True)]  # noqa: E731
-    assert jobs.get_queue().get_job_ids() == ids(small)[:WINDOW] + ids(big)[:WINDOW]  # in item order
+    assert task_queue(small).get_job_ids() == ids(small)[:WINDOW] + ids(big)[:WINDOW]  # in item order
     Item.objects.filter(pk__in=small.items.order_by("pk").values_list("pk", flat=True)[:1]).update(
         status=ItemStatus.RUNNING)  # one of its items leased: its window has room for one more
     assert window_refill(small.pk) == 1
-    assert jobs.get_queue().get_job_ids()[-1] == ids(small)[WINDOW]
+    assert task_queue(small).get_job_ids()[-1] == ids(small)[WINDOW]
 
 
 def test_a_small_task_is_served_while_a_big_one_runs(workers, sandbox, window):
@@ -170,7 +176,7 @@ def test_with_redis_down_the_items_wait_in_the_database_and_the_sweep_sends_them
     from ticketagent.recovery import recover_once
 
     down = Queue("down", connection=redis.Redis(port=1, socket_connect_timeout=0.2))
-    monkeypatch.setattr(jobs, "get_queue", lambda: down)
+    monkeypatch.setattr(jobs, "get_queue", lambda name=None: down)
     task = make_task(5)  # the upload succeeds: Redis is transport
     assert not task.items.filter(enqueued_at__isnull=False).exists()
     monkeypatch.undo()

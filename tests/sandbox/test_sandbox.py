@@ -605,3 +605,20 @@ def test_django_smtp_backend_compatible(sb):
     assert d["ticket"] == "T-42"
     assert d["payload"]["subject"] == "S\u00fcbject"
     assert d["payload"]["body"] == "Body\n.dot\n"
+
+
+def test_the_sandbox_generates_its_identity_once_and_keeps_it_with_its_data(tmp_path):
+    """A helpdesk's identity (GET /api/helpdesk): the same after a restart and a reset, another for other data."""
+    from sandbox.store import Store
+
+    first = Store(str(tmp_path / "a.sqlite3"))
+    ident = first.instance_id
+    first.reset()
+    assert first.instance_id == ident
+    first.close()
+    again = Store(str(tmp_path / "a.sqlite3"))
+    assert again.instance_id == ident and ident.startswith("sandbox-")
+    other = Store(str(tmp_path / "b.sqlite3"))
+    assert other.instance_id != ident
+    again.close()
+    other.close()

@@ -12,6 +12,7 @@ from django.conf import settings
 
 from ledger.channels.base import Abilities, Channel, LookupResult, answered_at_all
 from ledger.channels.http import Answer, HttpClient, NoAnswer, NotSent, call, write_outcome
+from ticketagent.channels.identity import IdentityUnknown
 
 # action -> (method, path); {ticket} is the ticket id from the upload
 ROUTES = {
@@ -73,6 +74,20 @@ class RestHelpdeskChannel(Channel):
         except (NotSent, NoAnswer) as exc:
             return str(exc)
         return "" if answered_at_all(answer.status) else f"the helpdesk answered {answer.status} to a look-up"
+
+    def identity(self) -> str:
+        """Which helpdesk answers (`identity.IdentityUnknown` if it does not): the instance id it reports at
+        `GET /api/helpdesk`; a service without that endpoint (404) is known by its URL."""
+        try:
+            answer = self.client.request("GET", "/api/helpdesk")
+        except (NotSent, NoAnswer) as exc:
+            raise IdentityUnknown(str(exc)) from None
+        data = answer.json({})
+        if answer.status == 200 and isinstance(data, dict) and str(data.get("instance") or "").strip():
+            return f"rest|{str(data['instance']).strip()[:200]}"
+        if answer.status == 404:
+            return f"rest|url|{self.client.base_url}"
+        raise IdentityUnknown(f"GET /api/helpdesk answered {answer.status}")
 
     def check(self):
         try:

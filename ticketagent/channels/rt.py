@@ -50,6 +50,7 @@ from ledger.channels.base import (
     failed,
     unknown,
 )
+from ticketagent.channels.identity import IdentityUnknown
 from ticketagent.channels.rt_check import run_checks
 from ticketagent.channels.rt_lookup import change_marker, rt_lookup
 from ticketagent.channels.rt_rest import (
@@ -318,6 +319,23 @@ class RTChannel(Channel):
         except Unanswered as exc:
             return str(exc)
         return "" if answered_at_all(answer.status) else f"GET /rt answered {answer.status}: {rt_message(answer)}"
+
+    def identity(self) -> str:
+        """Which RT answers (`identity.IdentityUnknown` if none does): the moment its database was initialised,
+        as RT reports it -- the creation time of queue 1 ("General", created by RT_System with the database;
+        renaming or disabling it keeps it). An agent not allowed to see that queue knows RT by its URL."""
+        reader = Reader(self.config, attempts=1)
+        try:
+            answer = reader.get("/queue/1")
+        except Unanswered as exc:
+            raise IdentityUnknown(str(exc)) from None
+        data = answer.json({})
+        created = data.get("Created") if answer.status == 200 and isinstance(data, dict) else None
+        if created:
+            return f"rt|initialised {created}"
+        if answer.status in (403, 404):
+            return f"rt|url|{self.config.url}"
+        raise IdentityUnknown(f"GET /queue/1 answered {answer.status}: {rt_message(answer)}")
 
     def check(self) -> list[str]:
         return self.check_report().problems

@@ -130,6 +130,10 @@ class ZendeskChannel(Channel):
     def in_flight_seconds(self) -> float:
         return float(settings.HELPDESK_UPSTREAM_TIMEOUT)
 
+    def identity(self) -> str:
+        """A Zendesk account is its subdomain: its URL is its identity (nothing to ask)."""
+        return f"zendesk|url|{self.config.url.rstrip('/')}"
+
     @property
     def max_call_seconds(self) -> float:
         # Two attempts at most (one after a short Retry-After) and the wait between.

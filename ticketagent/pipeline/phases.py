@@ -27,10 +27,12 @@ from django.utils import timezone
 from ledger.gate import intent_record
 from ledger.keys import Intent, canonical_json
 from ledger.services import effect_not_sent
+from ticketagent.channels.identity import Helpdesk
 from ticketagent.eventlog.append import blobs_put, event_append, events_append
 from ticketagent.failures import failure_label
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.pipeline.binding import lease_refusal, needs_binding, task_bind_locked
 from ticketagent.pipeline.budget import budget_enforce_locked, task_spend_locked
 from ticketagent.pipeline.lease import (
     ItemRun,
@@ -80,7 +82,8 @@ def phase(run: ItemRun, *, task: bool = False, ends: bool = False):
         yield run
 
 
-def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | None, Checkpoint | None]:
+def lease_acquire(item_id: int, attempt: int, token: str, *, served: Helpdesk | None = None,
+                  why_unknown: str = "") -> tuple[str, Item | None, Checkpoint | None]:
     """Take the item's lease (on PostgreSQL's clock: `now` is the database's).
     The caller notes the monotonic time before calling: the lease is valid
     for LEASE_SECONDS from then (`lease.Lease`). Scheduling is told once it
@@ -90,14 +93,18 @@ def lease_acquire(item_id: int, attempt: int, token: str) -> tuple[str, Item | N
     lease, the leases of its other items do not); when the lease finds it
     must write the task -- the first item of a queued task, a checkpoint
     that needs migration, a ticket changed since its checkpoint -- nothing
-    is kept and the lease is taken again with the task locked to write."""
+    is kept and the lease is taken again with the task locked to write.
+
+    `served`: the helpdesk this worker serves (None: it did not say, `why_unknown`). An item of a task bound
+    to another is not taken (the reason starts with `binding.NOT_THIS_HELPDESK`), nothing written; a task not
+    bound yet is bound to `served` (`binding`)."""
     try:
-        return _lease_acquire(item_id, attempt, token, write=False)
+        return _lease_acquire(item_id, attempt, token, served, why_unknown, write=False)
     except TaskToWrite:
-        return _lease_acquire(item_id, attempt, token, write=True)
+        return _lease_acquire(item_id, attempt, token, served, why_unknown, write=True)
 
 
-def _lease_acquire(item_id: int, attempt: int, token: str, *, write: bool):
+def _lease_acquire(item_id: int, attempt: int, token: str, served, why_unknown: str, *, write: bool):
     with transaction.atomic():
         task = task_lock(item_id, hold=not write)
         if task is None:
@@ -112,14 +119,19 @@ def _lease_acquire(item_id: int, attempt: int, token: str, *, write: bool):
             return f"task is {task.status}", None, None
         if item.attempt != attempt:
             return f"stale job: the item is on attempt {item.attempt}", None, None
+        refusal = lease_refusal(task, item, served, why_unknown=why_unknown)
+        if refusal:  # before anything is written (a take-over too)
+            return refusal, None, None
         if item.status == ItemStatus.RUNNING:
             if item.lease_expires_at and item.lease_expires_at > now:
                 return f"item is held by {item.lease_owner}", None, None
             item_take_over(item, actor=worker_name(), why="lease expired")
         elif item.status != ItemStatus.QUEUED:
             return f"item is {item.status}", None, None
-        if task.status == TaskStatus.QUEUED and not write:
+        if (task.status == TaskStatus.QUEUED or needs_binding(task, served)) and not write:
             raise TaskToWrite
+        if needs_binding(task, served):
+            task_bind_locked(task, served, actor=worker_name())
         checkpoint = getattr(item, "checkpoint", None)
         if checkpoint is None:
             # Only the lease holder creates an item's checkpoint, under the

@@ -10,11 +10,14 @@ import logging
 import time
 import uuid
 
+from ticketagent.channels.identity import Helpdesk, IdentityUnknown
+from ticketagent.channels.served import helpdesk_served
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.clients import get_model_client
 from ticketagent.llm.prices import usage_priced
+from ticketagent.pipeline.binding import NOT_THIS_HELPDESK, item_reroute
 from ticketagent.pipeline.budget import budget_allows
-from ticketagent.pipeline.lease import HEARTBEATS, ItemRun, Lease, LeaseLost
+from ticketagent.pipeline.lease import HEARTBEATS, ItemRun, Lease, LeaseLost, worker_name
 from ticketagent.pipeline.model_steps import run_model_step
 from ticketagent.pipeline.phases import (
     item_hand_back,
@@ -36,10 +39,14 @@ def item_process(*, item_id: int, attempt: int, model=None) -> str:
     """Run an item from its checkpoint. Safe to call any number of times: the
     lease admits one worker, the checkpoint skips finished steps and the
     ledger refuses repeated effects. Returns what happened, for the job log."""
+    served, why_unknown = _served()
     token = uuid.uuid4().hex
     sent = time.monotonic()  # the lease is valid for LEASE_SECONDS from before its statement left
-    why, item, checkpoint = lease_acquire(item_id, attempt, token)
+    why, item, checkpoint = lease_acquire(item_id, attempt, token, served=served, why_unknown=why_unknown)
     if item is None:
+        if why.startswith(NOT_THIS_HELPDESK):
+            log.warning("item %s not taken: %s; handed back to its task's queue, nothing written", item_id, why)
+            item_reroute(item_id=item_id, attempt=attempt, actor=worker_name(), why=f"not taken: {why}")
         return f"no work: {why}"
     lease = Lease(item_id, token, sent)
     HEARTBEATS.add(lease)
@@ -53,6 +60,14 @@ def item_process(*, item_id: int, attempt: int, model=None) -> str:
         return f"stopped: {exc}"
     finally:
         HEARTBEATS.discard(lease)
+
+
+def _served() -> tuple[Helpdesk | None, str]:
+    """The helpdesk this process serves (asked once, then kept: `served.helpdesk_served`), or None and why."""
+    try:
+        return helpdesk_served(), ""
+    except IdentityUnknown as exc:
+        return None, str(exc)
 
 
 def _run_steps(run: ItemRun, model) -> str:

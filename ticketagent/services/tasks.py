@@ -8,6 +8,8 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from ticketagent.channels.identity import Helpdesk, IdentityUnknown
+from ticketagent.channels.served import helpdesk_reached
 from ticketagent.eventlog.append import event_append, events_append
 from ticketagent.llm.clients import model_label
 from ticketagent.llm.schemas import SCHEMA_VERSION
@@ -34,6 +36,7 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
     if not rows:
         raise ServiceError("a task needs at least one ticket")
     budget_priced(budget)
+    helpdesk, unbound_why = _helpdesk_for(source_task)  # asked before the transaction: no call inside one
     with transaction.atomic():
         version = playbook_version or version_default()
         if version.is_draft:
@@ -44,6 +47,8 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
             failure_threshold=failure_threshold or settings.SUSPEND_AFTER_FAILURES, source_task=source_task,
             playbook_version=version, rehearsal=rehearsal,
             budget_usd=budget.usd if budget else None, budget_tokens=budget.tokens if budget else None,
+            helpdesk_id=helpdesk.id if helpdesk else None, helpdesk_kind=helpdesk.kind if helpdesk else "",
+            helpdesk_url=helpdesk.url if helpdesk else "",
         )
         count = items_insert(task=task, rows=rows, origins=origins)
         if carried:
@@ -55,6 +60,8 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
             "model": task.model_label, "source_task": source_task.pk if source_task else None,
             "playbook_version": version.pk, "playbook": version.label, "rehearsal": rehearsal,
             "budget": budget.label if budget else None,
+            "helpdesk": helpdesk.label if helpdesk else f"not bound: the helpdesk did not say who it is "
+                                                        f"({unbound_why}); bound on a worker's first contact",
         })
         event_append(task_id=task.pk, type=EventType.PLANNED, actor=actor, payload={
             "plan_version": PLAN_VERSION, "schema_version": SCHEMA_VERSION, "playbook_version": version.pk,
@@ -62,6 +69,18 @@ def task_create(*, rows, name: str, user=None, filename: str = "", allow_auto_cl
         })
         items_runnable.send(sender=Task, task_id=task.pk, front=True)  # a new task starts at the next free worker
     return task
+
+
+def _helpdesk_for(source_task: Task | None) -> tuple[Helpdesk | None, str]:
+    """The helpdesk a new task is bound to: its source task's (its items' effects went there), or the one the
+    configured helpdesk says it is now; None (and why) when it does not answer: the task is created unbound and
+    bound on a worker's first contact (docs/operator-guide.md)."""
+    if source_task is not None and source_task.helpdesk_id:
+        return Helpdesk(kind=source_task.helpdesk_kind, url=source_task.helpdesk_url, id=source_task.helpdesk_id), ""
+    try:
+        return helpdesk_reached(), ""
+    except IdentityUnknown as exc:
+        return None, str(exc)
 
 
 def _withdrawn(task: Task) -> int:

@@ -35,6 +35,9 @@ class WorkerRow:
     seen_ago: float | None = None  # seconds since the process last said it was alive (the Redis server's clock)
     threads: int = 1  # items it may run at once (WORKER_THREADS; a forking worker: 1)
     items: list[Item] = field(default_factory=list)  # the items it holds: running under its lease (the database's)
+    helpdesk: str = ""  # the identity of the helpdesk it serves (as that helpdesk reports it; "": not said)
+    helpdesk_label: str = ""
+    not_served: list[Task] = field(default_factory=list)  # active tasks bound to another helpdesk: none of theirs
 
     @property
     def shown_items(self) -> list[Item]:
@@ -69,20 +72,23 @@ def _worker_kind(written: bytes | None, name: str) -> str:
 
 def _rq_workers(ops: Operations) -> None:
     """Fill the workers and queue counts from rq's registry."""
-    queue = jobs.get_queue()
-    ops.queue_length = queue.count
-    ops.started_jobs = queue.started_job_registry.count
-    ops.failed_jobs = queue.failed_job_registry.count
+    queues = jobs.queues_in_use()  # the shared queue and each helpdesk's
+    queue = queues[0]
+    ops.queue_length = sum(q.count for q in queues)
+    ops.started_jobs = sum(q.started_job_registry.count for q in queues)
+    ops.failed_jobs = sum(q.failed_job_registry.count for q in queues)
     registered = Worker.all(queue=queue)
     seen = seconds_since_seen(queue.connection, [w.key for w in registered])
     for worker, seen_ago in zip(registered, seen, strict=True):
-        threads, kind = worker.connection.hmget(worker.key, "threads", "kind")
+        threads, kind, helpdesk, label = worker.connection.hmget(worker.key, "threads", "kind", "helpdesk",
+                                                                 "helpdesk_label")
         ops.workers.append(WorkerRow(
             name=worker.name, host=worker.hostname or "?", pid=worker.pid, kind=_worker_kind(kind, worker.name),
             # silent for a lease time: killed, paused or cut off (its leases have expired; rq's key lives on)
             state=worker.get_state() if is_alive(seen_ago) else "dead", seen_ago=seen_ago,
             last_heartbeat=worker.last_heartbeat, born=worker.birth_date,
-            threads=int(threads) if threads and threads.isdigit() else 1))
+            threads=int(threads) if threads and threads.isdigit() else 1,
+            helpdesk=helpdesk.decode() if helpdesk else "", helpdesk_label=label.decode() if label else ""))
 
 
 def operations_overview() -> Operations:
@@ -102,8 +108,11 @@ def operations_overview() -> Operations:
         item.expired = bool(item.lease_expires_at and item.lease_expires_at < now)
         if not item.expired:  # a lease owner is host:pid:random (pipeline.lease.worker_name)
             by_process.setdefault(":".join((item.lease_owner or "").split(":")[:2]), []).append(item)
+    bound = list(Task.objects.filter(status__in=ACTIVE_TASK_STATUSES, rehearsal=False, helpdesk_id__isnull=False)
+                 .only("id", "name", "helpdesk_id", "helpdesk_kind", "helpdesk_url").order_by("pk")[:50])
     for worker in ops.workers:
         worker.items = [] if worker.state == "dead" else by_process.get(f"{worker.host}:{worker.pid}", [])
+        worker.not_served = [task for task in bound if worker.helpdesk and task.helpdesk_id != worker.helpdesk]
     ops.workers.sort(key=lambda w: (w.host, w.pid or 0))
     ops.depth = list(Item.objects.filter(status=ItemStatus.QUEUED).exclude(task__status__in=(
         TaskStatus.CANCELLED, TaskStatus.COMPLETED)).values("task_id", "task__name", "task__status")

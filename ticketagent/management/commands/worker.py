@@ -1,5 +1,6 @@
 """`manage.py worker`: one recovery pass, then an RQ worker for the item queue."""
 
+import time
 import uuid
 
 from django.conf import settings
@@ -8,13 +9,18 @@ from django.core.management.base import BaseCommand
 from django.db import connections
 
 import ticketagent.pipeline.run  # noqa: F401 - the job's code, loaded once before any fork
+from ticketagent import jobs
+from ticketagent.channels.identity import Helpdesk, IdentityUnknown
+from ticketagent.channels.served import helpdesk_served
 from ticketagent.db_sessions import session_limits
+from ticketagent.pipeline.binding import tasks_not_served
 from ticketagent.recovery import recover_once
 
 # rq's worker key expires WORKER_TTL (+60) seconds after the last heartbeat; an idle
 # worker heartbeats every WORKER_TTL - 15 s (rq's default TTL, 420 s, would let a
 # hung worker look alive for eight minutes). `manage.py worker-health` reads it.
 WORKER_TTL = 60
+IDENTITY_RETRY_MAX_SECONDS = 10.0  # a helpdesk that comes back is noticed within this
 
 
 class Command(BaseCommand):
@@ -34,6 +40,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, burst=False, name=None, with_scheduler=False, fork=None, **options):
         session_limits("worker")
+        served = self._helpdesk()
         try:
             stats = recover_once()
             self.stdout.write(f"recovery at start: {stats}")
@@ -53,4 +60,24 @@ class Command(BaseCommand):
                     conn.settings_dict["CONN_MAX_AGE"] = None
         # The kind is part of the name, so the workers page can tell it from rq's registry.
         kwargs["name"] = name or f"{'fork' if fork else 'inproc'}-{uuid.uuid4().hex[:12]}"
-        call_command("rqworker", settings.RQ_QUEUE, **kwargs)
+        # its helpdesk's queue, then the shared one (the items of tasks not bound to a helpdesk yet)
+        call_command("rqworker", jobs.queue_registered(jobs.queue_name(served.id)), settings.RQ_QUEUE, **kwargs)
+
+    def _helpdesk(self) -> Helpdesk:
+        """Which helpdesk this worker serves, as that helpdesk reports it: asked until it answers (a worker that
+        cannot tell takes no item: it could act on another helpdesk than its tasks'). Says so, and which
+        active tasks it will take no items of."""
+        pause = 1.0
+        while True:
+            try:
+                served = helpdesk_served()
+                break
+            except IdentityUnknown as exc:
+                self.stderr.write(f"the helpdesk at {settings.HELPDESK_URL} did not say which one it is ({exc}); "
+                                  f"no item is taken until it does: asking again in {pause:g} s")
+                time.sleep(pause)
+                pause = min(2 * pause, IDENTITY_RETRY_MAX_SECONDS)
+        self.stdout.write(f"this worker serves {served.label}")
+        for line in tasks_not_served(served):
+            self.stdout.write(line)
+        return served
