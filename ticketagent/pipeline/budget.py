@@ -16,8 +16,10 @@ what its calls in flight hold (`services.budget.budget_reserved`) and the bound
 fit in its budget; it is written on the item (`Item.reserved_usd`,
 `reserved_tokens`). If it does not fit while other items' calls are in flight,
 the call waits for them (`RESERVE_WAIT_SECONDS`): they may cost less than they
-reserved. If it does not fit with none in flight, the task reached its budget:
-it is suspended ("budget reached") and the item is handed back.
+reserved -- unless it is a step's second call or later (a tool turn, a schema
+retry) and its item holds a reservation already: two such items would wait for
+each other. Otherwise the task reached its budget: it is suspended ("budget
+reached") and the item is handed back.
 
 Count. The model step's phase, holding the task, adds what its calls cost (the
 API's usage, priced) to the task's row and sets the item's reservation to 0
@@ -78,15 +80,15 @@ def _fits(task: Task, usd: Decimal, tokens: int) -> bool:
 
 def budget_reserve_locked(task: Task, item: Item, bound: Bound) -> str:
     """Inside a phase holding the running task, then the item: RESERVED (the bound is written on the item), WAIT
-    (it does not fit while other items' calls are in flight) or STOP (it does not fit with none: the task
-    is suspended)."""
+    (it does not fit while other items' calls are in flight, and this item holds none) or STOP (it does not fit
+    otherwise: the task is suspended)."""
     others_usd, others_tokens = budget_reserved(task.pk, but=item.pk)
     if _fits(task, others_usd + item.reserved_usd + bound.usd, others_tokens + item.reserved_tokens + bound.tokens):
         Item.objects.filter(pk=item.pk).update(reserved_usd=F("reserved_usd") + bound.usd,
                                                reserved_tokens=F("reserved_tokens") + bound.tokens)
         return RESERVED
-    if others_usd or others_tokens:
-        return WAIT
+    if (others_usd or others_tokens) and not (item.reserved_usd or item.reserved_tokens):
+        return WAIT  # (an item holding a reservation, mid-step, never waits: two such would wait for each other)
     task_suspend_locked(task, reason=BUDGET_REACHED, spent_usd=str(task.spent_usd), spent_tokens=task.spent_tokens,
                         call_bound_usd=str(bound.usd), call_bound_tokens=bound.tokens)
     return STOP
