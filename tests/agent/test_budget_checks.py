@@ -164,3 +164,30 @@ def test_a_task_without_a_budget_is_given_none_on_resume(openai_server, sandbox,
     with pytest.raises(ServiceError, match="budget: this task was created without a budget"):
         task_resume(task_id=task.pk, actor="alice", budget=Budget(tokens=100))
     task_resume(task_id=task.pk, actor="alice")
+
+
+def test_a_call_waits_for_the_calls_in_flight_unless_its_item_holds_a_reservation_itself(queue):
+    """Another item's call in flight holds the room left: a step's first call waits for it (it may cost less than it
+    reserved); a later call of a step whose item holds a reservation already does not wait -- two such items would
+    wait for each other -- and the task is suspended."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from ticketagent.pipeline.budget import STOP, WAIT, budget_reserve_locked
+
+    task = make_task(2, budget=Budget(tokens=1000))
+    first, second = task.items.order_by("row")
+    live = timezone.now() + timezone.timedelta(minutes=5)
+    Item.objects.filter(pk=first.pk).update(status=ItemStatus.RUNNING, lease_expires_at=live, reserved_tokens=600)
+    Item.objects.filter(pk=second.pk).update(status=ItemStatus.RUNNING, lease_expires_at=live)
+    bound = Bound(usd=Decimal(0), tokens=500)
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(pk=task.pk)
+        assert budget_reserve_locked(task, Item.objects.get(pk=second.pk), bound) == WAIT
+    assert Task.objects.get(pk=task.pk).status != TaskStatus.SUSPENDED
+    Item.objects.filter(pk=second.pk).update(reserved_tokens=100)  # its step's first call reserved already
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(pk=task.pk)
+        assert budget_reserve_locked(task, Item.objects.get(pk=second.pk), bound) == STOP
+    task.refresh_from_db()
+    assert task.status == TaskStatus.SUSPENDED and task_reason(task) == "budget reached: 0 of 1,000 tokens"
