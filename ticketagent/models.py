@@ -155,6 +155,10 @@ class Item(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_token = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # What this lease's model calls in flight reserved of its task's budget (pipeline/budget.py): counted only
+    # while the lease is live, made 0 when the step's phase counts what the calls cost or a new lease starts.
+    reserved_usd = models.DecimalField(max_digits=20, decimal_places=9, default=0)
+    reserved_tokens = models.BigIntegerField(default=0)
     last_error = models.TextField(blank=True)
     failure_kind = models.CharField(max_length=32, blank=True)
     # A re-run of an item from another task (new task from unfinished items):

@@ -20,6 +20,7 @@ stops it.
     server = FakeOpenAIServer().start()      # or the `openai_server` fixture
     server.mode = "valid"                    # the default behaviour
     server.script(["429", "valid"])          # the next requests, in order; then the default
+    server.usage = (3000, 3000)              # the tokens every answer reports (default 42 prompt + 17 completion)
     server.calls, server.by_behaviour, server.by_schema
     server.stop()
 
@@ -274,6 +275,7 @@ class FakeOpenAIServer:
             self.retry_after = "0"
             self.refusal_text = "I can't help with that."
             self.answers: dict[str, Any] = {}
+            self.usage: tuple[int, int] | None = None  # (prompt, completion) tokens every answer reports; None: 42, 17
             self.calls = 0
             self.by_behaviour: collections.Counter[str] = collections.Counter()
             self.by_schema: collections.Counter[str] = collections.Counter()
@@ -399,7 +401,8 @@ class FakeOpenAIServer:
             message["content"] = json.dumps(inject_answer(schema, ticket, body, extra=behaviour == "inject_extra"))
         else:
             message["content"] = json.dumps(self._valid(schema, ticket, body))
-        usage = {"prompt_tokens": 42, "completion_tokens": 17, "total_tokens": 59}
+        prompt, completion = self.usage or (42, 17)
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         return {"id": f"chatcmpl-fake-{self.calls}", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", "fake-model"), "system_fingerprint": "fp_fake",
                 "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],

@@ -13,9 +13,10 @@ from django.test.utils import CaptureQueriesContext
 
 from ticketagent.eventlog.usage import task_usage
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.pipeline.budget import Bound
 from ticketagent.pipeline.run import item_process
 from ticketagent.services import ServiceError
-from ticketagent.services.budget import Budget, budget_parse
+from ticketagent.services.budget import BUDGET_REACHED, Budget, budget_parse, budget_reserved, task_reason
 from ticketagent.services.resume import task_dry_run, task_resume
 
 from ..factories import make_task
@@ -23,6 +24,13 @@ from ..factories import make_task
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CALL_TOKENS = 42 + 17
+
+
+@pytest.fixture
+def exact_bound(monkeypatch):
+    """Each call's bound (what it reserves of the budget) taken to be what the fake answers cost: exact numbers."""
+    monkeypatch.setattr("ticketagent.pipeline.allowance.call_bound",
+                        lambda **_: Bound(usd=Decimal("0.076"), tokens=CALL_TOKENS))
 
 
 def run(item: Item) -> str:
@@ -70,71 +78,77 @@ def test_a_task_without_a_budget_pays_nothing_for_budgets_in_its_steps(openai_se
             assert run(second) == "done"
         statements[task] = [q["sql"] for q in queries.captured_queries]
     assert not any(sql.startswith('UPDATE "ticketagent_task"') for sql in statements[plain])
-    # a model step of a task with a budget: its check's read, the task locked in its phase, its counters written
-    assert len(statements[budgeted]) - len(statements[plain]) == 3 * 3
+    # a model step of a task with a budget: its call's reservation (the task and the item locked, the reservations
+    # in flight summed, the item's written), the task locked in the step's phase, its counters and the item's
+    # reservation written
+    assert len(statements[budgeted]) - len(statements[plain]) == 3 * 9
     plain.refresh_from_db()
     budgeted.refresh_from_db()
     assert (plain.spent_tokens, plain.spent_usd) == (0, 0) and budgeted.spent_tokens == 2 * 3 * CALL_TOKENS
     assert task_usage(plain.pk).total == task_usage(budgeted.pk).total == 2 * 3 * CALL_TOKENS
 
 
-def test_reaching_a_token_budget_suspends_the_task_and_the_counters_match_the_events(openai_server, sandbox, queue):
+def test_reaching_a_token_budget_suspends_the_task_and_the_counters_match_the_events(openai_server, sandbox, queue,
+                                                                                      exact_bound):
     task = make_task(3, budget=Budget(tokens=400))
     first, second, third = task.items.order_by("row")
     assert run(first) == "done" and run(second) == "done"
     assert openai_server.calls == 6
-    # 354 spent: the third item's triage may start (checked before the call) and passes the budget by one call
-    assert run(third) == "task stopped at triage"
-    assert openai_server.calls == 7
+    # 354 spent: the third item's triage would pass the budget, and no call is in flight: suspended, nothing called
+    assert run(third) == "stopped at triage: task suspended"
+    assert openai_server.calls == 6
     task.refresh_from_db()
-    assert task.status == TaskStatus.SUSPENDED
-    assert task.status_reason == "budget reached: 413 of 400 tokens"
-    assert task.spent_tokens == 7 * CALL_TOKENS == task_usage(task.pk).total
+    assert task.status == TaskStatus.SUSPENDED and task.status_reason == BUDGET_REACHED
+    assert task_reason(task) == "budget reached: 354 of 400 tokens"
+    assert task.spent_tokens == 6 * CALL_TOKENS == task_usage(task.pk).total
     suspended = Event.objects.get(task=task, type=EventType.SUSPENDED)
-    assert suspended.payload["spent_tokens"] == 413 and suspended.payload["last_success_item"] == second.pk
+    assert suspended.payload["spent_tokens"] == 354 and suspended.payload["last_success_item"] == second.pk
+    assert suspended.payload["call_bound_tokens"] == CALL_TOKENS
     third.refresh_from_db()
-    assert third.status == ItemStatus.QUEUED, "handed back at its next step"
+    assert third.status == ItemStatus.QUEUED, "handed back before its call"
     assert Event.objects.filter(item=third, type=EventType.ITEM_STOPPED).exists()
+    assert budget_reserved(task.pk) == (0, 0)
 
 
-def test_the_check_before_a_call_stops_an_item_of_a_task_whose_budget_another_worker_spent(openai_server, sandbox,
-                                                                                           queue):
+def test_an_item_of_a_task_whose_budget_another_worker_spent_stops_before_its_call(openai_server, sandbox, queue,
+                                                                                    exact_bound):
     task = make_task(2, budget=Budget(tokens=1000))
     first, second = task.items.order_by("row")
     assert run(first) == "done"
     Task.objects.filter(pk=task.pk).update(spent_tokens=1000)  # another worker's steps, recorded meanwhile
     calls = openai_server.calls
-    assert run(second) == "stopped before triage: task suspended"
+    assert run(second) == "stopped at triage: task suspended"
     assert openai_server.calls == calls, "no call once the budget is reached"
     task.refresh_from_db()
-    assert task.status == TaskStatus.SUSPENDED and task.status_reason == "budget reached: 1,000 of 1,000 tokens"
+    assert task.status == TaskStatus.SUSPENDED and task_reason(task) == "budget reached: 1,000 of 1,000 tokens"
     second.refresh_from_db()
     assert second.status == ItemStatus.QUEUED
 
 
-def test_resume_asks_for_a_new_budget_above_what_was_spent_and_then_finishes(openai_server, sandbox, queue, settings):
+def test_resume_asks_for_a_new_budget_above_what_was_spent_and_then_finishes(openai_server, sandbox, queue, settings,
+                                                                             exact_bound):
     settings.MODEL_PRICES = {"gpt-4o-mini": {"input": Decimal(1000), "cached_input": Decimal(500),
                                              "output": Decimal(2000)}}  # $0.076 a call
-    task = make_task(3, budget=Budget(usd=Decimal("0.30")))
+    task = make_task(3, budget=Budget(usd=Decimal("0.31")))
     first, second, third = task.items.order_by("row")
     assert run(first) == "done"
-    assert run(second) == "task stopped at triage"
+    assert run(second) == "stopped at draft: task suspended", "its triage fit ($0.304), its draft did not"
     task.refresh_from_db()
-    assert task.status_reason == "budget reached: $0.304 of $0.30" and task.spent_usd == Decimal("0.304")
+    assert task_reason(task) == "budget reached: $0.304 of $0.31" and task.spent_usd == Decimal("0.304")
     assert task_usage(task.pk).cost_usd == Decimal("0.304")
     event = Event.objects.filter(item=first, type=EventType.STEP_DONE, payload__step="triage").get()
     assert json.loads(json.dumps(event.payload["usage"]))["cost_usd"] == "0.076"
 
     plan = task_dry_run(task_id=task.pk)
-    assert plan.budget_reached and plan.mean_item_cost == Decimal("0.228") and plan.finished == 1
-    assert plan.model_items == 2 and plan.projected_cost == Decimal("0.456")
+    assert plan.budget_reached and plan.call_cost == Decimal("0.076") and plan.calls_known == 4
+    assert plan.model_items == 2 and plan.projected_cost == 5 * Decimal("0.076"), "draft, decide; and all three"
     for budget, words in ((None, "budget: this task reached its budget"),
                           (Budget(usd=Decimal("0.304")), r"budget: \$0.304 is not above what the task has spent"),
                           (Budget(tokens=200), "budget: 200 tokens is not above")):
         with pytest.raises(ServiceError, match=words):
             task_resume(task_id=task.pk, actor="alice", budget=budget)
     task.refresh_from_db()
-    assert (task.status, task.resume_count, task.budget_usd) == (TaskStatus.SUSPENDED, 0, Decimal("0.30"))
+    assert (task.status, task.resume_count, task.budget_usd) == (TaskStatus.SUSPENDED, 0, Decimal("0.31"))
 
     task_resume(task_id=task.pk, actor="alice", budget=Budget(usd=Decimal("2")))
     assert Event.objects.get(task=task, type=EventType.RESUMED).payload["budget"] == "$2.00"
@@ -150,3 +164,30 @@ def test_a_task_without_a_budget_is_given_none_on_resume(openai_server, sandbox,
     with pytest.raises(ServiceError, match="budget: this task was created without a budget"):
         task_resume(task_id=task.pk, actor="alice", budget=Budget(tokens=100))
     task_resume(task_id=task.pk, actor="alice")
+
+
+def test_a_call_waits_for_the_calls_in_flight_unless_its_item_holds_a_reservation_itself(queue):
+    """Another item's call in flight holds the room left: a step's first call waits for it (it may cost less than it
+    reserved); a later call of a step whose item holds a reservation already does not wait -- two such items would
+    wait for each other -- and the task is suspended."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from ticketagent.pipeline.budget import STOP, WAIT, budget_reserve_locked
+
+    task = make_task(2, budget=Budget(tokens=1000))
+    first, second = task.items.order_by("row")
+    live = timezone.now() + timezone.timedelta(minutes=5)
+    Item.objects.filter(pk=first.pk).update(status=ItemStatus.RUNNING, lease_expires_at=live, reserved_tokens=600)
+    Item.objects.filter(pk=second.pk).update(status=ItemStatus.RUNNING, lease_expires_at=live)
+    bound = Bound(usd=Decimal(0), tokens=500)
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(pk=task.pk)
+        assert budget_reserve_locked(task, Item.objects.get(pk=second.pk), bound) == WAIT
+    assert Task.objects.get(pk=task.pk).status != TaskStatus.SUSPENDED
+    Item.objects.filter(pk=second.pk).update(reserved_tokens=100)  # its step's first call reserved already
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(pk=task.pk)
+        assert budget_reserve_locked(task, Item.objects.get(pk=second.pk), bound) == STOP
+    task.refresh_from_db()
+    assert task.status == TaskStatus.SUSPENDED and task_reason(task) == "budget reached: 0 of 1,000 tokens"

@@ -1,7 +1,8 @@
 """Usage, cost and budgets on the pages: the task list, task and item pages, the tiles, /metrics, the dry-run's
 projected cost, the upload's budget field and the resume with a new budget (operators only; a bad budget changes
 nothing and says which field). Real rows: items run in this process against the fake model server, whose every
-answer is 42 prompt + 17 completion tokens, priced here at $0.076 a call."""
+answer is 42 prompt + 17 completion tokens, priced here at $0.076 a call; each call's bound (what it reserves of
+the budget) is taken to be that, so the numbers are exact."""
 
 from decimal import Decimal
 
@@ -11,8 +12,9 @@ from django.urls import reverse
 
 from tests.fakes.openai_server import openai_server, openai_server_session  # noqa: F401 - fixtures
 from ticketagent.models import Event, EventType, Task, TaskStatus
+from ticketagent.pipeline.budget import Bound
 from ticketagent.pipeline.run import item_process
-from ticketagent.services.budget import Budget
+from ticketagent.services.budget import Budget, task_reason
 
 from ..factories import csv_batch, make_task
 from .conftest import HTMX
@@ -24,14 +26,17 @@ PRICE = {"gpt-4o-mini": {"input": Decimal(1000), "cached_input": Decimal(500), "
 
 
 @pytest.fixture
-def spent(openai_server, sandbox, queue, settings):  # noqa: F811 - the fixture imported above
-    """A task of 3 items with a $0.30 budget: the first done ($0.228), the second's triage reached it ($0.304)."""
+def spent(openai_server, sandbox, queue, settings, monkeypatch):  # noqa: F811 - the fixture imported above
+    """A task of 3 items with a $0.31 budget: the first done ($0.228), the second's triage fit ($0.304), its draft
+    did not: suspended."""
     settings.MODEL_PRICES = PRICE
-    task = make_task(3, budget=Budget(usd=Decimal("0.30")))
+    monkeypatch.setattr("ticketagent.pipeline.allowance.call_bound",
+                        lambda **_: Bound(usd=Decimal("0.076"), tokens=59))
+    task = make_task(3, budget=Budget(usd=Decimal("0.31")))
     for item in task.items.order_by("row")[:2]:
         item_process(item_id=item.pk, attempt=item.attempt)
     task.refresh_from_db()
-    assert task.status == TaskStatus.SUSPENDED and task.status_reason == "budget reached: $0.304 of $0.30"
+    assert task.status == TaskStatus.SUSPENDED and task_reason(task) == "budget reached: $0.304 of $0.31"
     return task
 
 
@@ -44,13 +49,16 @@ class TestUsageShown:
         client.force_login(bob)
         listed = body(client.get(reverse("tasks")))
         assert "236 tokens</span> · <span class=\"cost\">$0.304</span>" in listed
-        assert "budget $0.304 of $0.30" in listed
+        assert "budget $0.304 of $0.31" in listed
+        assert '<small class="reason">budget reached: $0.304 of $0.31</small>' in listed
         assert '<b>$0.304</b><span>model cost today · <span id="tokens-today">236</span> tokens' in listed
         page = body(client.get(reverse("task-detail", args=[spent.pk])))
         assert '<b id="task-tokens">236</b> tokens' in page and '<b id="task-cost">$0.304</b>' in page
         assert "(168 prompt, of which 0 cached; 68 completion; 4 calls)" in page
-        assert '<b id="budget-spent">$0.304 of $0.30</b>' in page
-        assert "each item in flight may pass the budget by one step's calls" in page
+        assert '<b id="budget-spent">$0.304 of $0.31</b>' in page
+        assert '<span class="reason" id="status-reason">budget reached: $0.304 of $0.31</span>' in page
+        assert "each model call reserves what it can cost at most before it starts" in page
+        assert 'id="budget-reserved"' not in page, "nothing in flight"
 
     def test_the_item_page_per_model_step(self, client, bob, spent):
         client.force_login(bob)
@@ -91,12 +99,13 @@ class TestDryRun:
     def test_it_projects_the_cost_of_what_is_left_and_asks_for_a_new_budget(self, client, alice, spent):
         client.force_login(alice)
         fragment = body(client.get(reverse("task-dry-run", args=[spent.pk]), headers=HTMX))
-        assert "Projected cost of what is left: <b>$0.456</b>" in fragment
-        assert "(2 items still to call the model × $0.228, the mean cost of the 1 item done so far)" in fragment
+        assert "Projected cost of what is left: <b>$0.38</b>" in fragment
+        assert ("(5 model steps still to run in 2 items, each at the mean cost of that step so far, from 4 calls: "
+                "$0.076 a call)") in fragment
         assert 'name="budget"' in fragment and " required>" in fragment
-        assert "The task reached its budget: $0.304 of $0.30" in fragment
+        assert "The task reached its budget: $0.304 of $0.31" in fragment
 
-    def test_nothing_can_be_said_before_an_item_is_done(self, client, bob, queue):
+    def test_nothing_can_be_said_before_a_call_is_made(self, client, bob, queue):
         task = make_task(2)
         Task.objects.filter(pk=task.pk).update(status=TaskStatus.PAUSED)
         client.force_login(bob)
@@ -114,11 +123,11 @@ class TestResumeWithABudget:
         assert client.post(self.url(spent), {"budget": "$5"}).status_code == 403
         assert client.post(self.url(spent), {"budget": "$5"}, headers=HTMX).status_code == 403
         spent.refresh_from_db()
-        assert (spent.status, spent.budget_usd, spent.resume_count) == (TaskStatus.SUSPENDED, Decimal("0.30"), 0)
+        assert (spent.status, spent.budget_usd, spent.resume_count) == (TaskStatus.SUSPENDED, Decimal("0.31"), 0)
 
     @pytest.mark.parametrize("typed,words", [
         ("lots", "budget: &#x27;lots&#x27; is not an amount in USD"),
-        ("", "budget: this task reached its budget ($0.304 of $0.30)"),
+        ("", "budget: this task reached its budget ($0.304 of $0.31)"),
         ("$0.30", "budget: $0.30 is not above what the task has spent ($0.304)"),
     ])
     def test_a_bad_budget_names_the_field_and_changes_nothing(self, client, alice, spent, typed, words):
@@ -127,7 +136,7 @@ class TestResumeWithABudget:
             response = client.post(self.url(spent), {"budget": typed}, headers=headers)
             assert response.status_code == 409 and words in body(response)
         spent.refresh_from_db()
-        assert (spent.status, spent.budget_usd, spent.resume_count) == (TaskStatus.SUSPENDED, Decimal("0.30"), 0)
+        assert (spent.status, spent.budget_usd, spent.resume_count) == (TaskStatus.SUSPENDED, Decimal("0.31"), 0)
         assert not Event.objects.filter(task=spent, type=EventType.RESUMED).exists()
 
     def test_a_raised_budget_resumes(self, client, alice, spent):

@@ -15,7 +15,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 
 from ticketagent.llm.base import Usage
-from ticketagent.models import USAGE_EVENTS, Event, ItemStatus
+from ticketagent.models import USAGE_EVENTS, Event
 
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cached_tokens", "ms")
 COST = DecimalField(max_digits=24, decimal_places=9)
@@ -67,11 +67,13 @@ def usage_total() -> dict:
     return usage_events().aggregate(**_sums())
 
 
-def finished_items_usage(task_id: int) -> tuple[Usage, int]:
-    """The usage of the task's items that are done, and how many of them called the model."""
-    done = usage_events().filter(task_id=task_id, item__status=ItemStatus.DONE)
-    row = done.aggregate(**_sums(), items=Count("item_id", distinct=True))
-    return _usage(row), row["items"]
+def step_costs(task_id: int) -> dict[str, tuple[int, int, Decimal]]:
+    """Per model step name, the task's recorded steps with a known cost: (steps, calls, cost), one query."""
+    rows = (usage_events().filter(task_id=task_id, payload__usage__cost_usd__isnull=False).order_by()
+            .values(step=KT("payload__step"))
+            .annotate(steps=Count("pk"), calls=Coalesce(Sum(Cast(KT("payload__usage__calls"), BigIntegerField())), 0),
+                      cost=Sum(Cast(KT("payload__usage__cost_usd"), COST))))
+    return {row["step"]: (row["steps"], row["calls"], row["cost"]) for row in rows}
 
 
 def step_usages(item_id: int) -> tuple[list[tuple[Event, Usage]], Usage]:

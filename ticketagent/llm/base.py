@@ -1,9 +1,11 @@
-"""The model boundary's shared parts: the error every model failure becomes, and the tools a model may call."""
+"""The model boundary's shared parts: the error every model failure becomes, the tools a model may call, its bound."""
 
 import ipaddress
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from ticketagent.llm.schemas import Reply
@@ -31,6 +33,27 @@ class ModelError(Exception):
     @property
     def label(self) -> str:
         return self.KINDS.get(self.kind, self.kind)
+
+
+# The most a model may answer in one call, sent as `max_completion_tokens`: with the prompt's bound below, what a
+# call can cost at most, which a task's budget reserves before the call (pipeline/budget.py). The longest answer
+# the schemas allow (a reply of 10,000 characters) fits in it; an answer cut at it fails as a schema break.
+MAX_COMPLETION_TOKENS = 4096
+
+
+def prompt_tokens_bound(request: dict) -> int:
+    """At most how many prompt tokens a completion `request` is: its bytes as JSON. A token of the byte-level
+    tokenizers these models use stands for one byte or more, and the JSON's keys and quotes outnumber the few
+    tokens a message's role adds (in practice the bound is 2-4 times the count)."""
+    return len(json.dumps(request, ensure_ascii=False, default=str).encode())
+
+
+class Allowance(Protocol):
+    """What a model call of a task with a budget asks before it starts (`pipeline.budget.CallAllowance`): room in
+    the budget for the call's bounds. Returns once it is reserved; raises, and the call is not made, when the
+    item must stop (its task reached its budget, or stopped)."""
+
+    def reserve(self, *, prompt_tokens: int, completion_tokens: int) -> None: ...
 
 
 @dataclass

@@ -48,7 +48,8 @@ _TEMPLATES = {
 class OfflineModel:
     label = "offline model"
 
-    def triage(self, ticket: dict, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None) -> Triage:
+    def triage(self, ticket: dict, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
+               allowance=None) -> Triage:
         spec = playbook or standard_spec()
         text = f"{ticket['subject']}\n{ticket['body']}".lower()
         fallback = spec.category("other") or spec.categories[-1]
@@ -65,7 +66,7 @@ class OfflineModel:
                       language=(ticket.get("language") or "und")[:16], summary=first or ticket["subject"][:160])
 
     def draft(self, ticket: dict, triage: Triage, tools: Tools, *, playbook: PlaybookSpec | None = None,
-              usage: Usage | None = None) -> Reply:
+              usage: Usage | None = None, allowance=None) -> Reply:
         spec = playbook or standard_spec()
         language = spec.reply.language if spec.reply.language != "ticket" else (ticket.get("language") or "en")
         template = _TEMPLATES.get(language.lower().split("-")[0], _TEMPLATES["en"])
@@ -79,7 +80,7 @@ class OfflineModel:
         return one_line_subject(Reply(subject=f"Re: {ticket['subject']}"[:300], body=body))
 
     def decide(self, ticket: dict, triage: Triage, reply: Reply, *, playbook: PlaybookSpec | None = None,
-               usage: Usage | None = None) -> Decision:
+               usage: Usage | None = None, allowance=None) -> Decision:
         actions = ["save_draft", "notify_customer", "set_status"]
         if triage.priority == "urgent" or triage.sentiment == "negative" and triage.category == "billing":
             return Decision(actions=actions + ["escalate"], status="escalated",

@@ -8,7 +8,16 @@ from django.conf import settings
 from pydantic import ValidationError
 
 from ticketagent.governor import Waited, governor_for
-from ticketagent.llm.base import ModelError, Tools, Usage, endpoint_label, one_line_subject
+from ticketagent.llm.base import (
+    MAX_COMPLETION_TOKENS,
+    Allowance,
+    ModelError,
+    Tools,
+    Usage,
+    endpoint_label,
+    one_line_subject,
+    prompt_tokens_bound,
+)
 from ticketagent.llm.prompts import decide_prompt, draft_prompt, triage_prompt
 from ticketagent.llm.schemas import Decision, Reply, triage_schema
 from ticketagent.playbooks.spec import PlaybookSpec
@@ -96,12 +105,15 @@ class OpenAIModel:
         )
         self.governor = governor_for(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
 
-    def _create(self, usage: Usage | None, **request):
+    def _create(self, usage: Usage | None, allowance: Allowance | None, **request):
         """One completion, through the governor (ticketagent/governor.py). A 429 makes everyone wait;
         no answer or a 5xx is retried OPENAI_MAX_RETRIES times, then the endpoint is down for everyone until
         a probe gets an answer. Past MODEL_WAIT_SECONDS of waiting: ModelError "unavailable" (the item is
-        handed back, not failed). A 4xx other than 429 is raised as the SDK's error."""
+        handed back, not failed). A 4xx other than 429 is raised as the SDK's error. With an `allowance` (a
+        task with a budget), the call's bound is reserved first, once for all its retries."""
         o, failures = self._openai, 0
+        if allowance is not None:
+            allowance.reserve(prompt_tokens=prompt_tokens_bound(request), completion_tokens=MAX_COMPLETION_TOKENS)
         give_up = time.monotonic() + settings.MODEL_WAIT_SECONDS
         try:
             while True:
@@ -157,7 +169,8 @@ class OpenAIModel:
             return ModelError("schema", f"the model's answer did not match the schema: {str(exc)[:300]}")
         return ModelError("server", f"{type(exc).__name__}: {str(exc)[:300]}")
 
-    def _parse(self, messages: list, schema, *, tools: Tools | None = None, usage: Usage | None = None):
+    def _parse(self, messages: list, schema, *, tools: Tools | None = None, usage: Usage | None = None,
+               allowance: Allowance | None = None):
         """One structured answer.
 
         The request carries the schema's strict `response_format` as it is
@@ -175,7 +188,8 @@ class OpenAIModel:
         while True:
             turns += 1
             try:
-                completion = self._create(usage, model=self.model, messages=messages,
+                completion = self._create(usage, allowance, model=self.model, messages=messages,
+                                          max_completion_tokens=MAX_COMPLETION_TOKENS,
                                           extra_body={"response_format": response_format(schema)}, **kwargs)
                 if not completion.choices:
                     raise ValueError("the model API returned no choices")
@@ -235,23 +249,26 @@ class OpenAIModel:
             messages.append({"role": "tool", "tool_call_id": call.id,
                              "content": json.dumps(result, ensure_ascii=False, default=str)[:8000]})
 
-    def triage(self, ticket, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None):
+    def triage(self, ticket, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
+               allowance: Allowance | None = None):
         spec = playbook or standard_spec()
         return self._parse([{"role": "system", "content": triage_prompt(spec, ticket)},
                             {"role": "user", "content": _ticket_text(ticket)}],
-                           triage_schema(tuple(c.name for c in spec.categories)), usage=usage)
+                           triage_schema(tuple(c.name for c in spec.categories)), usage=usage, allowance=allowance)
 
-    def draft(self, ticket, triage, tools, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None):
+    def draft(self, ticket, triage, tools, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
+              allowance: Allowance | None = None):
         spec = playbook or standard_spec()
         return one_line_subject(self._parse([
             {"role": "system", "content": draft_prompt(spec, ticket)},
             {"role": "user", "content": _ticket_text(ticket) + "\nTriage: " + triage.model_dump_json()},
-        ], Reply, tools=tools, usage=usage))
+        ], Reply, tools=tools, usage=usage, allowance=allowance))
 
-    def decide(self, ticket, triage, reply, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None):
+    def decide(self, ticket, triage, reply, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
+               allowance: Allowance | None = None):
         spec = playbook or standard_spec()
         return self._parse([
             {"role": "system", "content": decide_prompt(spec, ticket)},
             {"role": "user", "content": _ticket_text(ticket) + "\nTriage: " + triage.model_dump_json()
              + "\nReply: " + reply.model_dump_json()},
-        ], Decision, usage=usage)
+        ], Decision, usage=usage, allowance=allowance)

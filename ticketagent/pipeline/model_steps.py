@@ -6,7 +6,7 @@ against the playbook's rules and reply checks (`decision_review`): what is
 persisted is what will run, so effects are built from persisted data only.
 """
 
-from ticketagent.llm.base import Usage
+from ticketagent.llm.base import Allowance, Usage
 from ticketagent.llm.schemas import Decision, Reply, Triage
 from ticketagent.models import Item
 from ticketagent.pipeline.tools import item_tools
@@ -28,22 +28,22 @@ def signed(body: str, signature: str) -> str:
     return f"{body.rstrip()}\n\n{signature}"
 
 
-def run_model_step(model, step: str, item: Item, outputs: dict, *, spec: PlaybookSpec, version_id: int
-                   ) -> tuple[dict, list, Usage]:
+def run_model_step(model, step: str, item: Item, outputs: dict, *, spec: PlaybookSpec, version_id: int,
+                   allowance: Allowance | None = None) -> tuple[dict, list, Usage]:
     """One model step's output under playbook version `version_id` (`spec`), the tool calls it made, and
-    what its model calls cost."""
+    what its model calls cost; each call asks `allowance` first (a task with a budget)."""
     ticket, usage = item_ticket(item), Usage()
     if step == "triage":
-        return model.triage(ticket, playbook=spec, usage=usage).model_dump(), [], usage
+        return model.triage(ticket, playbook=spec, usage=usage, allowance=allowance).model_dump(), [], usage
     triage = Triage.model_validate(outputs["triage"])
     if step == "draft":
         tools = item_tools(item, version_id=version_id)
-        reply = model.draft(ticket, triage, tools, playbook=spec, usage=usage)
+        reply = model.draft(ticket, triage, tools, playbook=spec, usage=usage, allowance=allowance)
         body = signed(reply.body, placeholders_fill(spec.reply.signature, ticket))
         return {"subject": reply.subject, "body": body, "articles": tools.articles}, tools.calls, usage
     draft = outputs["draft"]
     reply = Reply(subject=draft["subject"], body=draft["body"])
-    decision: Decision = model.decide(ticket, triage, reply, playbook=spec, usage=usage)
+    decision: Decision = model.decide(ticket, triage, reply, playbook=spec, usage=usage, allowance=allowance)
     return decision_review(spec, ticket=ticket, triage=outputs["triage"], reply=draft,
                            decision=decision.model_dump()), [], usage
 

@@ -33,7 +33,7 @@ from ticketagent.failures import failure_label
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.pipeline.binding import lease_refusal, needs_binding, task_bind_locked
-from ticketagent.pipeline.budget import budget_enforce_locked, task_spend_locked
+from ticketagent.pipeline.budget import STOP, Bound, budget_reserve_locked, task_spend_locked
 from ticketagent.pipeline.lease import (
     ItemRun,
     LeaseLost,
@@ -141,10 +141,7 @@ def _lease_acquire(item_id: int, attempt: int, token: str, served, why_unknown: 
                                                    schema_version=SCHEMA_VERSION, input_hash=item.input_hash())
         if _needs_migration(task, item, checkpoint, write=write):
             return "needs migration", None, None
-        item.lease_token = token
-        item.lease_owner = worker_name()
-        item.lease_expires_at = now + timezone.timedelta(seconds=settings.LEASE_SECONDS)
-        item.status = ItemStatus.RUNNING
+        _lease_set(item, token, now)
         if checkpoint.input_hash != item.input_hash():
             if not write:
                 raise TaskToWrite
@@ -156,7 +153,7 @@ def _lease_acquire(item_id: int, attempt: int, token: str, served, why_unknown: 
             task.started_at = now
             task.save()
             event_append(task_id=task.pk, type=EventType.TASK_STATUS, payload={"status": task.status})
-        item.save(update_fields=[*Item.LEASE_FIELDS, "status", "updated_at"])
+        item.save(update_fields=[*Item.LEASE_FIELDS, "status", "reserved_usd", "reserved_tokens", "updated_at"])
         event_append(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_STARTED, actor=item.lease_owner,
                      payload={"attempt": item.attempt, "cursor": checkpoint.cursor,
                               "plan_version": checkpoint.plan_version, "schema_version": checkpoint.schema_version,
@@ -164,6 +161,15 @@ def _lease_acquire(item_id: int, attempt: int, token: str, served, why_unknown: 
         task_id = task.pk
         transaction.on_commit(lambda: item_started.send(sender=Item, task_id=task_id, item_id=item_id))
         return "", item, checkpoint
+
+
+def _lease_set(item: Item, token: str, now) -> None:
+    """The item's new lease (saved by the caller): this worker's, for LEASE_SECONDS on the database's clock."""
+    item.lease_token = token
+    item.lease_owner = worker_name()
+    item.lease_expires_at = now + timezone.timedelta(seconds=settings.LEASE_SECONDS)
+    item.status = ItemStatus.RUNNING
+    item.reserved_usd, item.reserved_tokens = 0, 0  # a new lease holds no reservation (pipeline/budget.py)
 
 
 def _needs_migration(task: Task, item: Item, checkpoint: Checkpoint, *, write: bool) -> bool:
@@ -380,24 +386,27 @@ def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(
     transaction (`run.chained`): it commits with this recovery point or not
     at all. If the task stopped (paused, suspended, cancelled), the item is
     handed back instead (`run.stopped`). A task with a budget counts what
-    the step's calls cost on its row, locked first (`task_spend_locked`);
-    reaching the budget suspends it, and the item is handed back."""
+    the step's calls cost on its row, locked first, and the item's reservation
+    ends (`budget.task_spend_locked`); spending all of the budget suspends the
+    task, and the item is handed back."""
     spends = bool(usage) and run.item.task.has_budget
     with phase(run, task=spends):
         record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step, usage=usage,
                      model=model)
         if spends:
-            task_spend_locked(run.locked[0], usage)
+            task_spend_locked(run.locked[0], run.item.pk, usage)
             run.task_status = run.locked[0].status
         if not stop_if_task_stopped(run) and chain is not None:
             run.chained = (chain, intent_record(chain))
 
 
-def phase_budget_stop(run: ItemRun) -> bool:
-    """Before a model call that the budget check refused (`budget.budget_allows`): with the task locked, a task
-    that reached its budget is suspended, and the item is handed back if its task no longer runs. True when
-    the item stopped (False: the task was resumed with a new budget meanwhile, the call may go ahead)."""
+def phase_reserve(run: ItemRun, bound: Bound) -> str:
+    """Before a model call of a task with a budget, the task locked, then the item: the call's `bound` reserved
+    (`budget.budget_reserve_locked`: RESERVED, or WAIT for the calls in flight), or the item is handed back
+    (STOP: the task reached its budget and is suspended; or the task no longer runs: `run.stopped`)."""
     with phase(run, task=True):
-        budget_enforce_locked(run.locked[0])
-        run.task_status = run.locked[0].status
-        return stop_if_task_stopped(run)
+        task, item = run.locked
+        answer = budget_reserve_locked(task, item, bound) if task.status in ACTIVE_TASK_STATUSES else STOP
+        run.task_status = task.status
+        stop_if_task_stopped(run)
+        return answer

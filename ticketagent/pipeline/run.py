@@ -15,14 +15,13 @@ from ticketagent.channels.served import helpdesk_served
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.clients import get_model_client
 from ticketagent.llm.prices import usage_priced
+from ticketagent.pipeline.allowance import CallAllowance, CallRefused
 from ticketagent.pipeline.binding import NOT_THIS_HELPDESK, item_reroute
-from ticketagent.pipeline.budget import budget_allows
 from ticketagent.pipeline.lease import HEARTBEATS, ItemRun, Lease, LeaseLost, worker_name
 from ticketagent.pipeline.model_steps import run_model_step
 from ticketagent.pipeline.phases import (
     item_hand_back,
     lease_acquire,
-    phase_budget_stop,
     phase_done,
     phase_fail,
     phase_step_done,
@@ -76,6 +75,8 @@ def _run_steps(run: ItemRun, model) -> str:
     task = run.item.task
     model = model or get_model_client()
     steps = steps_of(rehearsal=task.rehearsal)  # a rehearsal ends after the decision: nothing is sent
+    # a task with a budget: each model call reserves what it can cost first (pipeline/budget.py)
+    allowance = CallAllowance(run) if task.has_budget else None
     cursor = run.cursor  # run.cursor is what the checkpoint holds; the unchosen steps passed are still pending
     while cursor < len(steps):
         step = steps[cursor]
@@ -92,12 +93,11 @@ def _run_steps(run: ItemRun, model) -> str:
             if process_stopping():  # the worker is stopping: the model's time is not the worker's grace
                 item_hand_back(run, why=f"{step.name}: the worker is stopping")
                 return f"handed back at {step.name}: the worker is stopping"
-            # a task with a budget: checked before each model call (one read); reached, the item stops here
-            if task.has_budget and not budget_allows(task.pk) and phase_budget_stop(run):
-                return f"stopped before {step.name}: task {run.task_status}"
             try:
                 output, calls, usage = run_model_step(model, step.name, run.item, run.outputs, spec=run.playbook,
-                                                      version_id=run.playbook_version_id)
+                                                      version_id=run.playbook_version_id, allowance=allowance)
+            except CallRefused as exc:  # the item was handed back: its task reached its budget or stopped
+                return f"stopped at {step.name}: {exc}"
             except ModelError as exc:
                 if exc.kind == "unavailable":  # a rate limit or an outage is nobody's fault: back to the queue
                     item_hand_back(run, why=f"{step.name}: {exc.message}")

@@ -1,10 +1,13 @@
 """A task's budget for its model calls: read from what a person typed, compared with what was spent, renewed on resume.
 
 A budget is money (USD, by the price table: `llm/prices.py`) or tokens
-(prompt + completion). What a task with a budget has spent is counted on its
-row (`Task.spent_usd`, `Task.spent_tokens`) by the pipeline, in the phase of
-each model step (`pipeline/budget.py`); reaching the budget suspends the task,
-and its resume asks for a new budget above what was spent.
+(prompt + completion). It is a bound: each model call reserves what it can
+cost at most before it starts, and a step's phase counts what its calls cost
+on the task's row (`Task.spent_usd`, `Task.spent_tokens`): `pipeline/budget.py`.
+A task whose next call no longer fits is suspended ("budget reached"), and its
+resume asks for a new budget above what was spent. Pages and the reason line
+say what was spent from the same row (`budget_spent`), and what calls in
+flight hold (`budget_reserved`).
 """
 
 import re
@@ -12,14 +15,17 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
+from django.db.models import Q, Sum
+from django.db.models.functions import Coalesce, Now
 
 from ticketagent.llm.prices import configured_price, dollars
-from ticketagent.models import Task
+from ticketagent.models import Item, ItemStatus, Task, TaskStatus
 from ticketagent.services import ServiceError
 
 HOW = "an amount in USD (5, $5.00) or tokens (200000 tokens, 200k tokens)"
 MAX_USD = Decimal("1000000")
 MAX_TOKENS = 10**15
+BUDGET_REACHED = "budget reached"  # a suspended task's reason: rendered with what it spent (`task_reason`)
 _MONEY = re.compile(r"^(?:\$\s*)?([0-9][0-9,]*(?:\.[0-9]+)?)(?:\s*(?:usd|\$))?$", re.IGNORECASE)
 _TOKENS = re.compile(r"^([0-9][0-9,]*(?:\.[0-9]+)?)\s*([km])?\s*tokens?$", re.IGNORECASE)
 _SCALE = {None: 1, "k": 1_000, "m": 1_000_000}
@@ -69,7 +75,8 @@ def budget_priced(budget: Budget | None) -> None:
                            f"cannot be kept: add it to MODEL_PRICES, or give the budget in tokens")
 
 
-def budget_reached(task: Task) -> bool:
+def budget_spent_all(task: Task) -> bool:
+    """What the task spent is its budget or more."""
     if task.budget_usd is not None:
         return task.spent_usd >= task.budget_usd
     if task.budget_tokens is not None:
@@ -77,11 +84,44 @@ def budget_reached(task: Task) -> bool:
     return False
 
 
+def budget_reached(task: Task) -> bool:
+    """The task spent its budget, or was suspended because its next model call no longer fit in it."""
+    return budget_spent_all(task) or (task.status == TaskStatus.SUSPENDED and task.status_reason == BUDGET_REACHED)
+
+
 def budget_spent(task: Task) -> str:
     """What the task spent of its budget, in the budget's unit: "$4.98 of $5.00", "1,530 of 1,500 tokens"."""
     if task.budget_usd is not None:
         return f"{dollars(task.spent_usd)} of {dollars(task.budget_usd)}"
     return f"{task.spent_tokens:,} of {task.budget_tokens:,} tokens"
+
+
+def budget_reserved(task_id: int, *, but: int | None = None) -> tuple[Decimal, int]:
+    """What the model calls in flight of the task reserved (USD, tokens), one query: the reservations of its items
+    whose lease is live -- running, its deadline not passed on the database's clock -- (`but` one item not
+    counted). A worker that died mid-call leaves its item's reservation, which stops counting with its lease."""
+    live = Q(task_id=task_id, status=ItemStatus.RUNNING, lease_expires_at__gt=Now())
+    if but is not None:
+        live &= ~Q(pk=but)
+    row = Item.objects.filter(live).aggregate(usd=Coalesce(Sum("reserved_usd"), Decimal(0)),
+                                              tokens=Coalesce(Sum("reserved_tokens"), 0))
+    return row["usd"], row["tokens"]
+
+
+def budget_reserved_label(task: Task) -> str:
+    """What the task's calls in flight hold of its budget, in its unit ("$0.02", "8,200 tokens"), or "" for none."""
+    usd, tokens = budget_reserved(task.pk)
+    if task.budget_usd is not None:
+        return dollars(usd) if usd else ""
+    return f"{tokens:,} tokens" if tokens else ""
+
+
+def task_reason(task: Task) -> str:
+    """The line that says why the task stands as it does; for a budget suspension, with what it spent of its
+    budget now -- the numbers the page shows beside it (`budget_spent`), not those of the moment it stopped."""
+    if task.status_reason == BUDGET_REACHED and task.has_budget:
+        return f"{BUDGET_REACHED}: {budget_spent(task)}"
+    return task.status_reason
 
 
 def budget_renew_locked(task: Task, budget: Budget | None) -> None:

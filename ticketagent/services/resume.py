@@ -8,7 +8,7 @@ from django.db.models import Exists, F
 
 from ledger.models import Effect, EffectState
 from ticketagent.eventlog.append import event_append, events_append
-from ticketagent.eventlog.usage import finished_items_usage
+from ticketagent.eventlog.usage import step_costs
 from ticketagent.llm.prices import NANO
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
@@ -42,9 +42,11 @@ class DryRun:
     # a newer published version of the task's playbook, and how many unfinished items could move to it
     newer_version: PlaybookVersion | None = None
     movable: int = 0
-    # the mean cost of an item done so far (None: no item is done with a known cost), and of how many items
-    mean_item_cost: Decimal | None = None
-    finished: int = 0
+    # the mean cost of each model step recorded so far, and of one call (None: no call has a known cost yet),
+    # from how many calls
+    step_cost: dict[str, Decimal] = field(default_factory=dict)
+    call_cost: Decimal | None = None
+    calls_known: int = 0
     budget_reached: bool = False  # the task reached its budget: resuming needs a new one
 
     @property
@@ -53,14 +55,20 @@ class DryRun:
         return self.totals["recompute"]
 
     @property
+    def model_steps(self) -> list[str]:
+        """The model steps resuming runs again, one entry per item and step."""
+        return [step for i in self.items if i.category == "recompute" for step in i.steps]
+
+    @property
     def projected_cost(self) -> Decimal | None:
-        """What is left may cost: the mean cost of an item done so far x the items that still call the model
-        (None: nothing can be said yet)."""
-        if not self.model_items:
+        """What is left may cost: each model step still to run at the mean cost of that step so far, or of one
+        call for a step not recorded yet (it makes one call at least); None: no call has a known cost yet."""
+        steps = self.model_steps
+        if not steps:
             return Decimal(0)
-        if self.mean_item_cost is None:
+        if self.call_cost is None:
             return None
-        return (self.mean_item_cost * self.model_items).quantize(NANO)
+        return sum((self.step_cost.get(step, self.call_cost) for step in steps), Decimal(0)).quantize(NANO)
 
     @property
     def will_enqueue(self) -> int:
@@ -155,11 +163,13 @@ def task_dry_run(*, task_id: int) -> DryRun:
     elif task.status in (TaskStatus.CANCELLED, TaskStatus.NEEDS_MIGRATION):
         blocked = f"a {task.get_status_display()} task cannot be resumed"
     newer = _newer_version(task)
-    spent, finished = finished_items_usage(task.pk)
-    mean = (spent.cost_usd / finished).quantize(NANO) if finished and spent.cost_usd is not None else None
+    costs = step_costs(task.pk)
+    calls = sum(c for _, c, _ in costs.values())
     return DryRun(task_id=task.pk, items=out, totals=totals, blocked_reason=blocked, newer_version=newer,
-                  movable=_movable(task, newer).count() if newer else 0, mean_item_cost=mean, finished=finished,
-                  budget_reached=budget_reached(task))
+                  movable=_movable(task, newer).count() if newer else 0,
+                  step_cost={name: (cost / n).quantize(NANO) for name, (n, _, cost) in costs.items()},
+                  call_cost=(sum(c for _, _, c in costs.values()) / calls).quantize(NANO) if calls else None,
+                  calls_known=calls, budget_reached=budget_reached(task))
 
 
 def _newer_version(task: Task) -> PlaybookVersion | None:

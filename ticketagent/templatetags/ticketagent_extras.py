@@ -13,7 +13,7 @@ from ticketagent.eventlog.export import iso_utc
 from ticketagent.failures import failure_label as _failure_label
 from ticketagent.llm.prices import dollars
 from ticketagent.plan import step_name as _step_name
-from ticketagent.services.budget import budget_spent
+from ticketagent.services.budget import budget_reserved_label, budget_spent, task_reason
 
 register = template.Library()
 
@@ -119,3 +119,15 @@ def thousands(number):
 def spent_of_budget(task):
     """What a task with a budget spent of it: "$4.98 of $5.00", "1,530 of 1,500 tokens"."""
     return budget_spent(task) if task.has_budget else ""
+
+
+@register.filter
+def reserved_of_budget(task):
+    """What the model calls in flight of a task with a budget hold of it ("$0.02"; "" for none): one query."""
+    return budget_reserved_label(task) if task.has_budget else ""
+
+
+@register.filter
+def reason(task):
+    """Why the task stands as it does; a budget's suspension with what it spent now, as the page says beside it."""
+    return task_reason(task)

@@ -32,7 +32,8 @@ class Command(BaseCommand):
             self.stdout.write(f"{entry.ticket_id:<20} {entry.status:<17} {entry.category:<19} {steps}  {entry.note}")
         self.stdout.write("totals: " + ", ".join(f"{k} {v}" for k, v in plan.totals.items()))
         self.stdout.write(f"projected cost of what is left: {dollars(plan.projected_cost)} ({plan.model_items} "
-                          f"item(s) still call the model; mean of an item done: {dollars(plan.mean_item_cost)})")
+                          f"item(s) still call the model, {len(plan.model_steps)} model step(s); mean of a call so "
+                          f"far: {dollars(plan.call_cost)}, from {plan.calls_known} call(s))")
         if plan.budget_reached:
             self.stdout.write("the task reached its budget: resuming needs --budget above what it spent")
         if plan.blocked_reason:
