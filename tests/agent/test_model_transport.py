@@ -14,7 +14,9 @@ READ_TIMEOUT = 5.0  # what a call without the cut would wait for; the checks bel
 
 @pytest.fixture
 def silent_server():
-    """A listening socket that accepts every connection and never answers."""
+    """A listening socket that accepts every connection, reads its request and never answers. A connection is
+    listed once its request has arrived: by then the client has surely opened it (listed at accept, a loaded
+    machine could cut before the client's transport had recorded the connection it had just opened)."""
     server = socket.create_server(("127.0.0.1", 0))
     accepted, stop = [], threading.Event()
 
@@ -22,7 +24,10 @@ def silent_server():
         server.settimeout(0.2)
         while not stop.is_set():
             try:
-                accepted.append(server.accept()[0])
+                conn = server.accept()[0]
+                conn.settimeout(30)
+                if conn.recv(65536):  # the request's first bytes
+                    accepted.append(conn)
             except TimeoutError:
                 continue
             except OSError:
@@ -55,7 +60,7 @@ def test_a_call_in_flight_fails_as_a_dropped_connection_when_cut(silent_server):
 
     thread = threading.Thread(target=call)
     thread.start()
-    for _ in range(100):  # the request is sent and waits for an answer
+    for _ in range(600):  # the request is sent and waits for an answer
         if accepted:
             break
         threading.Event().wait(0.05)
