@@ -33,8 +33,9 @@ def failed(body: str, *, playbook=None, ticket=None) -> dict[str, dict]:
     return {c["check"]: c for c in result}
 
 
-def test_a_normal_reply_passes_every_check():
+def test_a_normal_reply_passes_every_check_and_one_promise_more_is_held():
     assert failed(GOOD) == {}
+    assert list(failed(GOOD + " Your refund has been approved.")) == ["promise"]
 
 
 class TestPromises:
@@ -57,10 +58,13 @@ class TestPromises:
 
     def test_explaining_the_process_is_not_a_promise(self):
         assert "promise" not in failed(GOOD + " Some refunds need a team lead's approval first.")
+        assert "promise" in failed(GOOD + " Your team lead has approved the refund already.")
 
     def test_an_article_quoted_word_for_word_is_not_a_promise(self):
         article = standard_spec().articles[0].body  # "... within 5-7 business days once approved ..."
         assert "approved" in article and "promise" not in failed(f"Hello Dana,\n\n{article}")
+        paraphrase = article.replace("once approved", "and yours has been approved")
+        assert failed(f"Hello Dana,\n\n{paraphrase}")["promise"]["matched"][0].startswith("Refunds are issued")
 
     def test_a_lead_may_allow_amounts_and_turn_the_phrases_off(self):
         body = "Hello Dana, thank you for writing. Your order of $49.00 has been approved by our team."
@@ -99,6 +103,7 @@ class TestSecrets:
         body = ("Hello Dana, reset your password from the sign-in page with \"Forgot password\". A password is "
                 "required to sign in, and we never ask for your password or a verification code.")
         assert failed(body) == {}
+        assert "secret" in failed(body.replace("A password is required", "Your password is Dana#1987"))
 
     def test_an_internal_note_of_the_ticket_is_held(self):
         note = "Second return this year. Check the return history before approving."
@@ -129,6 +134,8 @@ class TestPersonalData:
     def test_the_new_address_you_sent_us_passes(self):
         body = GOOD + " We have changed the delivery address to the new address you sent us."
         assert failed(body, ticket=self.TICKET) == {}
+        copied = body.replace("the new address you sent us", "27 Harbour View")
+        assert failed(copied, ticket=self.TICKET)["personal_data"]["matched"] == ["address 27 harbour view"]
 
     def test_a_street_address_in_german(self):
         ticket = {"body": "Neue Adresse: Beispielweg 12, 50667 Köln. Neue Handynummer: 0170 5550 3381"}
@@ -155,8 +162,8 @@ class TestContactsAllowed:
     def test_an_allow_list_entry_must_be_a_contact(self):
         with pytest.raises(PlaybookInvalid) as caught:
             spec(contacts_allowed=["call us"])
-        assert caught.value.errors == ["checks.contacts_allowed: Value error, 'call us' is not a phone number, "
-                                       "a link or an email address"] or "contacts_allowed" in str(caught.value)
+        assert caught.value.errors == ["checks.contacts_allowed: 'call us' is not a phone number, a link or an "
+                                       "email address"]
 
 
 class TestArticleTitles:
@@ -169,10 +176,12 @@ class TestArticleTitles:
         for body in (GOOD + ' See our article "Refunds and invoices".', GOOD + " Voir l'article « Refunds and "
                      "invoices ».", GOOD + " Siehe den Artikel „refunds and invoices“."):
             assert "unknown_article" not in failed(body), body
+            assert "unknown_article" in failed(body.replace("invoices", "invoices made simple")), body
 
     def test_a_quotation_that_cites_nothing_passes(self):
         body = 'Hello Dana, thank you for contacting us about "Refund for order 1043". ' + GOOD.split("\n\n")[1]
         assert failed(body) == {}
+        assert "unknown_article" in failed(body.replace("contacting us about", "reading our guide"))
 
 
 class TestFormat:

@@ -101,8 +101,9 @@ def test_no_secret_is_shown_in_full(example):
 
 
 @pytest.mark.parametrize("ticket_id", sorted(GOOD))
-def test_a_good_draft_passes(example, ticket_id):
+def test_a_good_draft_passes_where_the_bad_one_is_held(example, ticket_id):
     assert check(example, ticket_id, GOOD[ticket_id]) == {}
+    assert check(example, ticket_id, BAD[ticket_id][0]), "the same ticket's bad draft is held"
 
 
 def test_the_offline_models_drafts_are_not_held_but_for_the_one_that_repeats_an_amount(example):
