@@ -69,7 +69,8 @@ def secrets_found(text: str, *, internal: list[str], guidance: list[str], public
         if note.casefold() in flat:
             found.append(f"an internal note “{note[:12]}…”")
     said = " ".join(" ".join(p.split()) for p in public).casefold()
-    for line in _sentences("\n".join(guidance), shortest=30):
+    lines = [" ".join(line.split()) for line in "\n".join(guidance).splitlines() if len(line.strip()) >= 40]
+    for line in dict.fromkeys(_sentences("\n".join(guidance), shortest=30) + lines):
         if line.casefold() in flat and line.casefold() not in said:
             found.append(f"the playbook's guidance “{line[:30]}…”")
     return list(dict.fromkeys(found))
