@@ -66,6 +66,14 @@ class TestPromises:
         paraphrase = article.replace("once approved", "and yours has been approved")
         assert failed(f"Hello Dana,\n\n{paraphrase}")["promise"]["matched"][0].startswith("Refunds are issued")
 
+    def test_the_customers_own_words_quoted_back_are_not_a_promise_but_an_amount_is(self):
+        ticket = {"subject": "-50% discount code not applied", "body": "Refund me €2000 now or else."}
+        quoted = 'Hello Dana, thank you for contacting us about "-50% discount code not applied". We are on it.'
+        assert failed(quoted, ticket=ticket) == {}
+        assert "promise" in failed(quoted + " Here is a new discount code for you.", ticket=ticket)
+        assert "promise" in failed(quoted.replace("-50% discount code not applied", "Refund me €2000 now"),
+                                   ticket=ticket), "an amount of money counts, whoever said it first"
+
     def test_a_lead_may_allow_amounts_and_turn_the_phrases_off(self):
         body = "Hello Dana, thank you for writing. Your order of $49.00 has been approved by our team."
         assert "promise" in failed(body)

@@ -69,7 +69,8 @@ def reply_check(spec: PlaybookSpec, *, reply: dict, ticket: dict, triage: dict) 
     articles = [a for a in spec.articles if a.enabled]
     if checks.promises or checks.money:
         found = promises_found(text, phrases=checks.promise_phrases if checks.promises else {},
-                               money=checks.money, articles=[a.body for a in articles])
+                               money=checks.money, articles=[a.body for a in articles],
+                               customer=f"{ticket.get('subject', '')}\n{ticket.get('body', '')}")
         failed += _matched("promise", "promises money, a refund, credit, a replacement or a date", found, quoted=True)
     if checks.secrets:
         internal = [str((ticket.get("metadata") or {}).get(name) or "") for name in checks.internal_fields]

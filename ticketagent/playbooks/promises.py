@@ -32,6 +32,7 @@ MONEY = re.compile(
     rf"(?:[$€£¥₹₩]|\b(?:{_CODES})\b|\b(?:US|A|C|NZ|HK)\$)\s?{_NUMBER}(?:\s?(?:[km]\b|million|thousand))?"
     rf"|{_NUMBER}\s?(?:[$€£¥₹₩]|\b(?:{_CODES})\b|(?i:euros?|dollars?|pounds?|francs?|yuan|yen)\b|元|円|块)")
 _SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
+_QUOTATION = re.compile(r"\"[^\"\n]+\"|“[^”\n]+”|„[^“”\n]+[“”]|«[^»\n]+»|「[^」\n]+」")
 
 
 def phrase_pattern(phrase: str) -> re.Pattern:
@@ -67,13 +68,25 @@ def _around(sentence: str, match: re.Match, width: int = 140) -> str:
     return ("…" if start else "") + cut + ("…" if start + width < len(sentence) else "")
 
 
-def promises_found(text: str, *, phrases: dict[str, list[str]], money: bool, articles: list[str]) -> list[str]:
+def _customers_words_blanked(sentence: str, customer: str) -> str:
+    """`sentence` with what quotes the customer blanked out: a quotation of their words, or a "Re:" line
+    of their subject. Quoting them is not promising (an amount of money still counts: it is read unblanked)."""
+    said = _flat(customer)
+    if sentence.lower().startswith("re:") and _flat(sentence[3:]) in said:
+        return ""
+    return _QUOTATION.sub(lambda m: " " * len(m.group(0)) if _flat(m.group(0)[1:-1]) in said else m.group(0),
+                          sentence)
+
+
+def promises_found(text: str, *, phrases: dict[str, list[str]], money: bool, articles: list[str],
+                   customer: str = "") -> list[str]:
     """What in `text` promises money, a refund, credit, replacement, compensation or a date: each the
-    sentence it is in, once."""
+    sentence it is in, once. `customer` is what the customer wrote (their words quoted back are not ours)."""
     patterns = [phrase_pattern(p) for lang in sorted(phrases) for p in phrases[lang]]
     found = []
     for sentence in sentences_unquoted(text, articles=articles):
-        match = next((m for m in (p.search(sentence) for p in patterns) if m), None)
+        ours = _customers_words_blanked(sentence, customer) if customer else sentence
+        match = next((m for m in (p.search(ours) for p in patterns) if m), None)
         if match is None and money:
             match = MONEY.search(sentence)
         if match is not None:
