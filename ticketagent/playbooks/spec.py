@@ -6,6 +6,7 @@ imported file and the API report the same words; nothing is saved from a
 spec that does not validate.
 """
 
+import copy
 import functools
 import hashlib
 import json
@@ -152,7 +153,7 @@ def _phrase_lists(lists: dict[str, list[str]]) -> dict[str, list[str]]:
 def _standard_checks(name: str):
     """The standard playbook's setting `name` of its checks: the default of a file or version without it."""
     def default():
-        return _standard_check_settings()[name]
+        return copy.deepcopy(_standard_check_settings()[name])  # a fresh list each time: the cache stays as read
     return default
 
 
