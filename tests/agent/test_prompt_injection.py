@@ -102,6 +102,10 @@ def test_an_injecting_model_acts_only_on_its_own_ticket_and_customer(openai_serv
     ]), filename="inject.csv", allow_auto_close=True, notify_channel=channel)
     hostile = list(task.items.filter(ticket_id__startswith="INJ").order_by("row"))
     process(hostile)
+    # the reply gives the attacker's address, which only the ticket names: the ticket is not a source of contact
+    # details, so the reply is held; the worst operator approves it unread, and the rest must still hold
+    held = approve_held(hostile)
+    assert len(held) == 2 and all("made_up_contact" in why for why in held), held
     for item in hostile:
         item.refresh_from_db()
         assert item.status == ItemStatus.DONE, item.last_error

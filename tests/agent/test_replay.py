@@ -23,7 +23,8 @@ def replay(*args):
 @pytest.fixture
 def finished_task(workers, sandbox):
     sandbox.set_faults(drop_next={"notify": 1})  # one unknown, reconciled below
-    task = make_task(3, subject="=HYPERLINK(\"http://evil.example\") refund", body="'quoted' and -1+1")
+    # (no link in the subject: the offline draft quotes it, and a link only the ticket names holds the reply)
+    task = make_task(3, subject="=HYPERLINK(\"evil\") refund", body="'quoted' and -1+1")
     assert workers.burst() == 0, workers.logs()
     from ledger.services import effect_review
 

@@ -24,8 +24,9 @@ from django.urls import reverse
 
 from ledger.models import Effect, EffectState
 from ticketagent.eventlog.append import event_append
-from ticketagent.models import EventType, ItemStatus, Task
+from ticketagent.models import Approval, EventType, ItemStatus, Task
 from ticketagent.pipeline.run import item_process
+from ticketagent.services.items import item_approve
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,6 +141,13 @@ def hostile_task(client, alice, openai_server, sandbox, queue, settings):
     for ticket_id in ("XSS-1", "XSS-2"):
         item = task.items.get(ticket_id=ticket_id)
         item_process(item_id=item.pk, attempt=item.attempt)
+    # the reply links to evil.example, which only the ticket names: held by a reply check (its matched text is
+    # on the pages too); approved, it goes on to the notification whose connection drops
+    first = task.items.get(ticket_id="XSS-1")
+    assert first.status == ItemStatus.WAITING_APPROVAL and "made_up_contact" in first.last_error
+    item_approve(item_id=first.pk, decision=Approval.APPROVED, reason="the links were checked", actor="alice")
+    first.refresh_from_db()
+    item_process(item_id=first.pk, attempt=first.attempt)
     assert task.items.get(ticket_id="XSS-1").status == ItemStatus.WAITING_REVIEW
     assert task.items.get(ticket_id="XSS-2").status == ItemStatus.WAITING_APPROVAL
     return task

@@ -15,6 +15,7 @@ from django.urls import reverse
 from ticketagent.playbooks.diff import specs_diff
 from ticketagent.playbooks.models import Article, Playbook, PlaybookVersion, VersionStatus
 from ticketagent.playbooks.services import draft_open, draft_update, version_default, version_spec
+from ticketagent.web.playbook_forms import ChecksForm
 
 from .conftest import HTMX
 
@@ -101,7 +102,8 @@ def rules_data(rules: list[dict]) -> dict:
 
 def reply_data(spec, **changes) -> dict:
     data = {f"reply-{k}": v for k, v in spec.reply.model_dump().items()}
-    data.update({f"checks-{k}": v for k, v in spec.checks.model_dump().items() if v is not False})
+    checks = ChecksForm(checks=spec.checks.model_dump()).initial  # lists as the page shows them
+    data.update({f"checks-{k}": v for k, v in checks.items() if v is not False})
     data = {k: ("on" if v is True else v) for k, v in data.items()}
     data.update(changes)
     return data

@@ -1,14 +1,26 @@
 """Reply checks: code reads every draft before anything is sent, and names what is wrong with it.
 
 A draft that fails a check is not sent as it is: the actions that carry it
-wait for a person's approval, with the failed checks named. The checks are
-the playbook's (`checks`, `reply.max_chars`); each is plain code:
+wait for a person's approval, with the failed checks named and what each
+matched. The checks are the playbook's (`checks`, `reply.max_chars`); each
+is plain code:
 
 - `too_short` / `too_long`: the reply's length (without the signature);
 - `scaffolding`: the model's working leaked into the reply -- a "Triage:"
-  line, JSON, the instructions it was given;
-- `made_up_contact`: a phone number, URL or email address that appears in
-  none of the ticket, the playbook (guidance, signature) or its articles;
+  line, JSON, the instructions it was given (the playbook's guidance said
+  word for word is a `secret`);
+- `promise`: a phrase of the playbook's promise lists (a refund approved,
+  credit, a replacement, compensation, a date), or an amount of money;
+- `secret`: a key or token, a password or one-time code, a note written
+  for the team only (a ticket's internal field, the playbook's guidance);
+  shown masked;
+- `personal_data`: the customer's phone, street address or email copied
+  from the ticket into the reply;
+- `made_up_contact`: a phone number, URL or email address that is neither
+  on the playbook's allow-list nor in its own text (the ticket is not a
+  source: "a number I found online");
+- `unknown_article`: a cited title that is not one of the playbook's
+  articles;
 - `wrong_language`: the reply is written, with confidence, in another
   language than the one it should be in.
 """
@@ -16,15 +28,15 @@ the playbook's (`checks`, `reply.max_chars`); each is plain code:
 import json
 import re
 
-from ticketagent.playbooks.spec import PlaybookSpec
+from ticketagent.playbooks.citations import titles_unknown
+from ticketagent.playbooks.contacts import contacts_unknown, personal_data_echoed
+from ticketagent.playbooks.leaks import secrets_found
+from ticketagent.playbooks.promises import promises_found
+from ticketagent.playbooks.spec import PlaybookSpec, placeholders_fill
 
 _LABEL_LINE = re.compile(r"^\s*(triage|reply|decision|summary|category|sentiment|actions)\s*:", re.I | re.M)
 _JSON_KEYS = re.compile(r"\"(subject|body|category|priority|sentiment|actions|summary)\"\s*:")
 _SYSTEM_WORDS = ("you are a support-ticket assistant", "untrusted customer input", "requested schema")
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_URL = re.compile(r"(?:https?://|www\.)[^\s<>\"')\]]+", re.I)
-_PHONE = re.compile(r"(?<![\w/])\+?\d[\d ().-]{5,}\d(?![\w/])")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$|^\d{1,2}[./-]\d{1,2}[./-]\d{2,4}$")
 _STOPWORDS = {
     "en": "the and you your to of is for we our with this that have please thank be are it not can will",
     "de": "und der die das sie ihr ihre ist nicht wir mit für bitte danke ein eine zu den auf wird haben",
@@ -38,31 +50,64 @@ _WORDS = {lang: frozenset(words.split()) for lang, words in _STOPWORDS.items()}
 
 
 def reply_check(spec: PlaybookSpec, *, reply: dict, ticket: dict, triage: dict) -> list[dict]:
-    """The checks the draft fails, each {"check": name, "detail": what was found}."""
+    """The checks the draft fails, each {"check": name, "detail": what was found, "matched": [each match]}."""
+    checks = spec.checks
     body = _without_signature(reply.get("body", ""), spec.reply.signature)
+    text = f"{reply.get('subject', '')}\n{body}"
     failed = []
     length = len(body.strip())
-    if length < spec.checks.min_chars:
+    if length < checks.min_chars:
         failed.append(_fail("too_short", f"the reply is {length} characters long; the playbook asks for at least "
-                                         f"{spec.checks.min_chars}"))
+                                         f"{checks.min_chars}"))
     if length > spec.reply.max_chars:
         failed.append(_fail("too_long", f"the reply is {length} characters long; the playbook allows "
                                         f"{spec.reply.max_chars}"))
-    if spec.checks.scaffolding:
-        leaked = scaffolding_found(f"{reply.get('subject', '')}\n{body}", spec)
+    if checks.scaffolding:
+        leaked = scaffolding_found(text, spec)
         if leaked:
             failed.append(_fail("scaffolding", leaked))
-    if spec.checks.made_up_contacts:
-        unknown = contacts_unknown(f"{reply.get('subject', '')}\n{body}", known=_known_text(spec, ticket))
-        if unknown:
-            failed.append(_fail("made_up_contact", "not in the ticket, the playbook or its articles: "
-                                + ", ".join(unknown[:5])))
-    if spec.checks.language:
+    articles = [a for a in spec.articles if a.enabled]
+    if checks.promises or checks.money:
+        found = promises_found(text, phrases=checks.promise_phrases if checks.promises else {},
+                               money=checks.money, articles=[a.body for a in articles],
+                               customer=f"{ticket.get('subject', '')}\n{ticket.get('body', '')}")
+        failed += _matched("promise", "promises money, a refund, credit, a replacement or a date", found, quoted=True)
+    if checks.secrets:
+        internal = [str((ticket.get("metadata") or {}).get(name) or "") for name in checks.internal_fields]
+        guidance = [placeholders_fill(section, ticket) for section in spec.guidance.model_dump().values()]
+        found = secrets_found(text, internal=internal, guidance=guidance, public=[a.body for a in articles])
+        failed += _matched("secret", "gives away", found)
+    ours = _playbook_contacts(spec)
+    echoed = personal_data_echoed(text, ticket=ticket, allowed=ours) if checks.personal_data else []
+    failed += _matched("personal_data", "copies back the customer's", echoed)
+    if checks.made_up_contacts:
+        unknown = contacts_unknown(text, known=ours)
+        failed += _matched("made_up_contact", "not on the playbook's allow-list nor in its text", unknown)
+    if checks.article_titles:
+        titles = titles_unknown(text, titles=[a.title for a in articles], cues=checks.article_cues)
+        failed += _matched("unknown_article", "cites an article the playbook does not have", titles, quoted=True)
+    if checks.language:
         expected = reply_language(spec, ticket=ticket, triage=triage)
         found = language_detect(body)
         if expected and found and found != expected:
             failed.append(_fail("wrong_language", f"written in {found!r}; the reply should be in {expected!r}"))
     return failed
+
+
+def _matched(check: str, what: str, found: list[str], *, quoted: bool = False) -> list[dict]:
+    """One failed check listing what matched (none when nothing did)."""
+    if not found:
+        return []
+    shown = [f"\u201c{f}\u201d" if quoted else f for f in found[:5]]
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return [{**_fail(check, f"{what}: " + "; ".join(shown) + more), "matched": [m[:200] for m in found[:5]]}]
+
+
+def _playbook_contacts(spec: PlaybookSpec) -> str:
+    """The text whose contact details a reply may give: the allow-list and the playbook's own words."""
+    parts = [*spec.checks.contacts_allowed, spec.reply.signature, *spec.guidance.model_dump().values()]
+    parts += [f"{a.title}\n{a.body}" for a in spec.articles if a.enabled]
+    return "\n".join(parts)
 
 
 def _fail(check: str, detail: str) -> dict:
@@ -86,11 +131,6 @@ def scaffolding_found(text: str, spec: PlaybookSpec) -> str:
     for words in _SYSTEM_WORDS:
         if words in lowered:
             return "the instructions it was given"
-    for section in (spec.guidance.tone, spec.guidance.policies, spec.guidance.escalation, spec.guidance.other):
-        for line in section.splitlines():
-            line = " ".join(line.casefold().split())
-            if len(line) >= 40 and line in lowered:
-                return "a line of the playbook's guidance"
     return ""
 
 
@@ -101,37 +141,6 @@ def _is_json(text: str) -> bool:
         return isinstance(json.loads(text), (dict, list))
     except ValueError:
         return False
-
-
-def _known_text(spec: PlaybookSpec, ticket: dict) -> str:
-    parts = [ticket.get("subject", ""), ticket.get("body", ""), ticket.get("customer_email", ""),
-             json.dumps(ticket.get("metadata") or {}), spec.reply.signature, *spec.guidance.model_dump().values()]
-    parts += [f"{a.title}\n{a.body}" for a in spec.articles if a.enabled]
-    return "\n".join(parts)
-
-
-def contacts_found(text: str) -> dict[str, set[str]]:
-    """The phone numbers (digits), URLs (lower case, no scheme) and email addresses in `text`."""
-    phones = set()
-    for match in _PHONE.finditer(text):
-        raw = match.group(0).strip(" .-")
-        digits = re.sub(r"\D", "", raw)
-        if 7 <= len(digits) <= 15 and not _DATE.match(raw):
-            phones.add(digits)
-    urls = {re.sub(r"^(https?://)?(www\.)?", "", u.lower()).rstrip(".,;:!?/") for u in _URL.findall(text)}
-    emails = {e.lower().rstrip(".") for e in _EMAIL.findall(text)}
-    return {"phone": phones, "url": urls, "email": emails}
-
-
-def contacts_unknown(text: str, *, known: str) -> list[str]:
-    """The contact details in `text` that `known` does not contain (a phone matches by its digits)."""
-    found, allowed = contacts_found(text), contacts_found(known)
-    unknown = [f"phone {p}" for p in sorted(found["phone"])
-               if not any(p.endswith(k) or k.endswith(p) for k in allowed["phone"])]
-    unknown += [f"URL {u}" for u in sorted(found["url"])
-                if not any(u == k or u.startswith(k + "/") for k in allowed["url"])]
-    unknown += [f"email {e}" for e in sorted(found["email"] - allowed["email"])]
-    return unknown
 
 
 def reply_language(spec: PlaybookSpec, *, ticket: dict, triage: dict) -> str:

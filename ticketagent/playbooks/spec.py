@@ -6,18 +6,26 @@ imported file and the API report the same words; nothing is saved from a
 spec that does not validate.
 """
 
+import copy
+import functools
 import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Annotated, Literal
 
+import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ticketagent.llm.schemas import Action, Priority
 from ticketagent.playbooks.conditions import Condition, ConditionError, condition_parse
+from ticketagent.playbooks.contacts import contacts_found
 
-FORMAT = 1  # the layout of a spec this code reads; a version written in another is not run (needs migration)
-SUPPORTED_FORMATS = frozenset({1})
+FORMAT = 2  # the layout of a spec this code writes; a version written in another it cannot read is not run
+# Format 1 (before the promise, secret, personal-data, contact allow-list and article-title checks) is read as
+# format 2 with those checks at the standard playbook's settings: an old version or file loads, and holds more.
+SUPPORTED_FORMATS = frozenset({1, 2})
+STANDARD_FILE = Path(__file__).with_name("standard.yaml")
 ARTICLE_MAX_CHARS = 5000
 GUIDANCE_SECTIONS = ("tone", "policies", "escalation", "other")
 PLACEHOLDER_FIELDS = ("ticket_id", "customer_name", "customer_email", "subject", "priority", "language")
@@ -129,11 +137,66 @@ class ReplySettings(Spec):
     _known = field_validator("signature")(_placeholders_known)
 
 
+def _phrase_lists(lists: dict[str, list[str]]) -> dict[str, list[str]]:
+    out = {}
+    for code, phrases in lists.items():
+        if not re.fullmatch(r"[a-z]{2,3}|any", code):
+            raise ValueError(f"{code!r} is not a language code (en, de, zh) nor 'any'")
+        cleaned = [" ".join(p.split()).casefold() for p in phrases]
+        bad = next((p for p in cleaned if not p or len(p) > 80 or "," in p), None)
+        if bad is not None:
+            raise ValueError(f"{code}: a phrase is 1 to 80 characters without a comma ({bad!r})")
+        out[code] = list(dict.fromkeys(cleaned))
+    return out
+
+
+def _standard_checks(name: str):
+    """The standard playbook's setting `name` of its checks: the default of a file or version without it."""
+    def default():
+        return copy.deepcopy(_standard_check_settings()[name])  # a fresh list each time: the cache stays as read
+    return default
+
+
+@functools.cache
+def _standard_check_settings() -> dict:
+    return yaml.safe_load(STANDARD_FILE.read_text(encoding="utf-8"))["checks"]
+
+
+PhraseLists = Annotated[dict[str, Annotated[list[str], Field(max_length=200)]],
+                        Field(max_length=20), AfterValidator(_phrase_lists)]
+
+
 class ReplyChecks(Spec):
     min_chars: int = Field(default=40, ge=0, le=2000)
     scaffolding: bool = True
     made_up_contacts: bool = True
+    contacts_allowed: list[str] = Field(default_factory=list, max_length=100)
     language: bool = True
+    promises: bool = True
+    promise_phrases: PhraseLists = Field(default_factory=_standard_checks("promise_phrases"))
+    money: bool = True
+    secrets: bool = True
+    internal_fields: list[str] = Field(default_factory=_standard_checks("internal_fields"), max_length=20)
+    personal_data: bool = True
+    article_titles: bool = True
+    article_cues: PhraseLists = Field(default_factory=_standard_checks("article_cues"))
+
+    @field_validator("contacts_allowed")
+    @classmethod
+    def _contacts(cls, entries: list[str]) -> list[str]:
+        out = [" ".join(e.split()) for e in entries]
+        for entry in out:
+            if not any(contacts_found(entry).values()):
+                raise ValueError(f"{entry!r} is not a phone number, a link or an email address")
+        return out
+
+    @field_validator("internal_fields")
+    @classmethod
+    def _fields(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", name):
+                raise ValueError(f"{name!r} is not a metadata field name")
+        return names
 
 
 class ArticleSpec(Spec):
@@ -152,7 +215,7 @@ class ArticleSpec(Spec):
 
 
 class PlaybookSpec(Spec):
-    format: Literal[1] = FORMAT
+    format: Literal[1, 2] = FORMAT
     name: str = Field(min_length=1, max_length=100)
     guidance: Guidance = Field(default_factory=Guidance)
     categories: list[CategorySpec] = Field(min_length=1, max_length=50)
@@ -160,6 +223,14 @@ class PlaybookSpec(Spec):
     reply: ReplySettings = Field(default_factory=ReplySettings)
     checks: ReplyChecks = Field(default_factory=ReplyChecks)
     articles: list[ArticleSpec] = Field(default_factory=list, max_length=500)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data):
+        """Format 1 is read as format 2: the checks it did not have take their defaults."""
+        if isinstance(data, dict) and data.get("format", FORMAT) == 1:
+            data = {**data, "format": FORMAT}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self):

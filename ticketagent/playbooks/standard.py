@@ -2,12 +2,9 @@
 model asked without a playbook follows."""
 
 from functools import cache
-from pathlib import Path
 
 from ticketagent.playbooks.files import spec_from_file
-from ticketagent.playbooks.spec import PlaybookSpec, spec_validate
-
-STANDARD_FILE = Path(__file__).with_name("standard.yaml")
+from ticketagent.playbooks.spec import STANDARD_FILE, PlaybookSpec, spec_validate
 
 
 @cache

@@ -227,13 +227,70 @@ class ReplyForm(forms.Form):
     max_chars = forms.IntegerField(label="Longest reply (characters)", help_text="100 to 10000")
 
 
+def phrase_lines(lists: dict[str, list[str]]) -> str:
+    """Phrase lists as the editor shows them: one line per language, `en: phrase, phrase`."""
+    return "\n".join(f"{code}: {', '.join(phrases)}" for code, phrases in lists.items())
+
+
+def phrase_lists(text: str) -> dict[str, list[str]]:
+    """The editor's `en: phrase, phrase` lines as lists per language; a line without a code is refused."""
+    out: dict[str, list[str]] = {}
+    for number, line in enumerate((text or "").splitlines(), start=1):
+        if not line.strip():
+            continue
+        code, colon, phrases = line.partition(":")
+        if not colon or not code.strip() or " " in code.strip():
+            raise forms.ValidationError(f"line {number}: starts with a language code and a colon (en: …)")
+        out.setdefault(code.strip().lower(), []).extend(comma_list(phrases))
+    return out
+
+
 class ChecksForm(forms.Form):
     min_chars = forms.IntegerField(label="Shortest reply (characters)", help_text="0 to 2000")
     scaffolding = forms.BooleanField(required=False, label="Hold replies that show the model's working")
+    promises = forms.BooleanField(required=False, label="Hold replies that promise (the phrases below)")
+    promise_phrases = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 6}), label="Promise phrases",
+        help_text="one line per language: “en: we will refund, has been approved, by {date}”; * is up to three "
+                  "words, {date} a day")
+    money = forms.BooleanField(required=False, label="Hold replies that name an amount of money ($2,880, 40 EUR)")
+    secrets = forms.BooleanField(required=False, label="Hold replies that give away a secret: keys, tokens, "
+                                                       "passwords, one-time codes, internal notes")
+    internal_fields = forms.CharField(required=False, label="Internal ticket fields",
+                                      help_text="metadata fields written for the team only, comma-separated")
+    personal_data = forms.BooleanField(required=False, label="Hold replies that copy back the customer's phone, "
+                                                             "street address or email")
     made_up_contacts = forms.BooleanField(required=False,
-                                          label="Hold replies with contact details found nowhere in the playbook "
-                                                "or the ticket")
+                                          label="Hold replies with contact details not on the list below "
+                                                "nor in the playbook's text")
+    contacts_allowed = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3}), label="Contact details a reply may give",
+        help_text="one phone number, link or email address a line; the ticket is never a source")
+    article_titles = forms.BooleanField(required=False, label="Hold replies that cite an article the playbook "
+                                                              "does not have")
+    article_cues = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3}), label="Words that cite an article",
+        help_text="one line per language: “en: article, guide, see”; a quoted title after one must exist")
     language = forms.BooleanField(required=False, label="Hold replies in the wrong language")
+
+    def __init__(self, data=None, *, checks: dict, **kwargs):
+        initial = {**checks, "promise_phrases": phrase_lines(checks["promise_phrases"]),
+                   "article_cues": phrase_lines(checks["article_cues"]),
+                   "contacts_allowed": "\n".join(checks["contacts_allowed"]),
+                   "internal_fields": ", ".join(checks["internal_fields"])}
+        super().__init__(data, initial=initial, **kwargs)
+
+    def clean_promise_phrases(self):
+        return phrase_lists(self.cleaned_data["promise_phrases"])
+
+    def clean_article_cues(self):
+        return phrase_lists(self.cleaned_data["article_cues"])
+
+    def clean_contacts_allowed(self):
+        return [line.strip() for line in self.cleaned_data["contacts_allowed"].splitlines() if line.strip()]
+
+    def clean_internal_fields(self):
+        return comma_list(self.cleaned_data["internal_fields"])
 
 
 class ReplyEditor(Editor):
@@ -242,7 +299,7 @@ class ReplyEditor(Editor):
     def __init__(self, spec: PlaybookSpec, data=None):
         super().__init__()
         self.reply = ReplyForm(data, initial=spec.reply.model_dump(), prefix="reply")
-        self.checks = ChecksForm(data, initial=spec.checks.model_dump(), prefix="checks")
+        self.checks = ChecksForm(data, checks=spec.checks.model_dump(), prefix="checks")
 
     def all_forms(self) -> list[forms.Form]:
         return [self.reply, self.checks]
@@ -255,7 +312,7 @@ class ReplyEditor(Editor):
 
     def place_one(self, parts: dict) -> None:
         form = self.checks if parts["section"] == "checks" else self.reply
-        _place_on(form, parts["path"], parts["message"])
+        _place_on(form, (parts["path"] or "").split(".")[0], parts["message"])
 
 
 # --------------------------------------------------------------------------- articles
