@@ -211,3 +211,15 @@ class TestFormat:
         with pytest.raises(PlaybookInvalid) as caught:
             spec(promise_phrases={"english": ["refund"]})
         assert "checks.promise_phrases" in str(caught.value) and "'english' is not a language code" in str(caught.value)
+
+
+def test_the_customers_whole_subject_quoted_back_gives_no_contact_but_a_number_from_it_alone_is_held():
+    """A subject with numbers ("Question 0 (204817)") quoted back whole names the customer's ticket; before, its
+    digits read as a phone number that is on no allow-list, and the reply was held."""
+    subject = "Question 0 (204817)"
+    quoted = reply_check(spec(), reply={"subject": f"Re: {subject}", "body": GOOD + f"\n\nAbout: {subject}"},
+                         ticket={**TICKET, "subject": subject}, triage=TRIAGE)
+    assert quoted == []
+    alone = reply_check(spec(), reply={"subject": "Re: your question", "body": GOOD + " Call 0 (204817) today."},
+                        ticket={**TICKET, "subject": subject}, triage=TRIAGE)
+    assert "made_up_contact" in {c["check"] for c in alone}

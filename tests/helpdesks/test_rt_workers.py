@@ -120,7 +120,7 @@ def test_a_hiccup_on_the_read_before_a_write_needs_nobody(rt_workers, rt_server,
         assert rt_workers.burst(timeout=120, extra_env=env) == 0, rt_workers.logs()
     finally:
         proxy.close()
-    assert proxy.faulted == 1
+    assert proxy.faulted == 1, proxy.requests
     assert sorted(task.items.values_list("status", flat=True)) == [ItemStatus.DONE, ItemStatus.DONE]
     assert set(task.items.values_list("attempt", flat=True)) == {1}, "asked again inside the action, not handed back"
     assert not Event.objects.filter(task=task, type__in=(EventType.ITEM_FAILED, EventType.SUSPENDED)).exists()

@@ -78,10 +78,12 @@ def reply_check(spec: PlaybookSpec, *, reply: dict, ticket: dict, triage: dict) 
         found = secrets_found(text, internal=internal, guidance=guidance, public=[a.body for a in articles])
         failed += _matched("secret", "gives away", found)
     ours = _playbook_contacts(spec)
-    echoed = personal_data_echoed(text, ticket=ticket, allowed=ours) if checks.personal_data else []
+    # the customer's whole subject quoted back ("Re: Order 1042 (2 items)") names their ticket: no contact is given
+    words = text.replace(subject, " ") if (subject := (ticket.get("subject") or "").strip()) else text
+    echoed = personal_data_echoed(words, ticket=ticket, allowed=ours) if checks.personal_data else []
     failed += _matched("personal_data", "copies back the customer's", echoed)
     if checks.made_up_contacts:
-        unknown = contacts_unknown(text, known=ours)
+        unknown = contacts_unknown(words, known=ours)
         failed += _matched("made_up_contact", "not on the playbook's allow-list nor in its text", unknown)
     if checks.article_titles:
         titles = titles_unknown(text, titles=[a.title for a in articles], cues=checks.article_cues)
