@@ -137,12 +137,12 @@ def hostile_task(client, alice, openai_server, sandbox, queue, settings):
         "name": f"Batch {PAYLOADS[1]}", "notify_channel": "helpdesk", "failure_threshold": 3})
     assert response.status_code == 302, response.content[:2000]
     task = Task.objects.get()
-    sandbox.set_faults(drop_next={"notify": 1})  # XSS-1's notify: accepted, then the connection drops
+    sandbox.set_faults(error_next={"notify": 1})  # XSS-1's notify: answered 503 (it may still land, so it stays unknown)
     for ticket_id in ("XSS-1", "XSS-2"):
         item = task.items.get(ticket_id=ticket_id)
         item_process(item_id=item.pk, attempt=item.attempt)
     # the reply links to evil.example, which only the ticket names: held by a reply check (its matched text is
-    # on the pages too); approved, it goes on to the notification whose connection drops
+    # on the pages too); approved, it goes on to the notification, answered 503
     first = task.items.get(ticket_id="XSS-1")
     assert first.status == ItemStatus.WAITING_APPROVAL and "made_up_contact" in first.last_error
     item_approve(item_id=first.pk, decision=Approval.APPROVED, reason="the links were checked", actor="alice")
