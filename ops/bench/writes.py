@@ -47,6 +47,7 @@ from ops.bench.pgstats import (
 from ops.processes import database_url
 from ops.samples import ticket_rows
 from ticketagent import jobs
+from ticketagent.channels.served import helpdesk_served
 from ticketagent.services.tasks import task_create
 
 if TYPE_CHECKING:
@@ -86,7 +87,8 @@ def _ours(bench: Bench, admin, log: StatementLog | None, dbname: str, n: int) ->
         before = db_counters(admin, dbname)
         procs = bench.procs.start_workers(1)
         bench.procs.wait_workers_ready(procs)
-        registry = jobs.get_queue().finished_job_registry
+        # the items go to the queue of the helpdesk the task is bound to (ticketagent/jobs.py: queue_name)
+        registry = jobs.get_queue(jobs.queue_name(helpdesk_served().id)).finished_job_registry
         finished_before = registry.get_job_count()
         submitted = time.time()
         task_create(rows=rows, name="bench writes", allow_auto_close=True, failure_threshold=n + 1)
