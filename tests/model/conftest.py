@@ -16,6 +16,8 @@ from tests.conftest import skip_or_fail
 
 # Answers are capped lower than `make run`'s, for the tests' wall time; a draft still fits.
 TEST_MAX_TOKENS = 256
+# one model call's bound: a 135M model on two shared cores answers in seconds, but not on a machine loaded to 10
+CALL_TIMEOUT = 600
 
 
 @dataclass
@@ -37,7 +39,8 @@ def local_model(tmp_path_factory):
     procs = Processes(log_dir=workdir)
     _child, port = model.start_server(procs, log=workdir / "llama-server.log", max_tokens=TEST_MAX_TOKENS)
     # a generous timeout: the model shares two cores with the rest of the suite (two pytest processes)
-    env = {**model.client_env(port), "OPENAI_MAX_RETRIES": "0", "OPENAI_TIMEOUT": "180"}
+    # and, on a loaded machine, with whatever else runs there (one call took over 180 s at a load of 10)
+    env = {**model.client_env(port), "OPENAI_MAX_RETRIES": "0", "OPENAI_TIMEOUT": str(CALL_TIMEOUT)}
     yield LocalModel(port, env)
     procs.stop(grace=5)
 
@@ -49,5 +52,5 @@ def on_local_model(local_model, settings):
     settings.OPENAI_BASE_URL = local_model.base_url
     settings.OPENAI_MODEL = local_model.env["OPENAI_MODEL"]
     settings.OPENAI_MAX_RETRIES = 0
-    settings.OPENAI_TIMEOUT = 180.0
+    settings.OPENAI_TIMEOUT = float(CALL_TIMEOUT)
     return local_model

@@ -137,7 +137,7 @@ def test_a_batch_suspended_by_model_failures_resumes_and_runs_on_the_real_model(
         task.refresh_from_db()
         return task.status not in (TaskStatus.QUEUED, TaskStatus.RUNNING)
 
-    wait_for(settled, timeout=600, interval=0.5, message="the resumed task to settle")
+    wait_for(settled, timeout=1500, interval=0.5, message="the resumed task to settle")
     seconds = time.monotonic() - started
     workers.stop_all()
     task.refresh_from_db()
