@@ -64,7 +64,7 @@ def health_numbers_now() -> dict:
     Counts are `COUNT(*)`, not `COUNT(id)`: PostgreSQL then answers the
     per-state counts from the (state, ...) indexes alone (index-only scans)
     instead of reading every row -- 2-3x faster at 300k effects
-    (docs/benchmarks.md).
+    (docs/benchmarks.md, "Profiling").
 
     The age of the oldest unknown counts from its intent: how long nobody
     has known whether that action happened (reconcile attempts do not reset it).

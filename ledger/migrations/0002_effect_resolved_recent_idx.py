@@ -1,7 +1,7 @@
 """An index for "recently resolved effects" (the review page's audit trail).
 
 `Effect.objects.exclude(resolved_by="").order_by("-updated_at")[:30]` read the
-whole ledger and sorted it: ~130 ms at 300k effects (docs/benchmarks.md).
+whole ledger and sorted it: ~130 ms at 300k effects (docs/benchmarks.md, "Profiling").
 With this partial index it reads the 30 rows it shows.
 
 Plain SQL on purpose (both PostgreSQL and SQLite accept it) and invisible to

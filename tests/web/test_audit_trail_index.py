@@ -2,7 +2,7 @@
 (`event_audit_idx`, its condition `AUDIT_EVENTS`): since an effect's verdicts
 are recorded in the ledger's transitions only, those task events are rare,
 and without the index the page read the whole event log backwards looking
-for 30 of them (291 ms at 315k events; docs/benchmarks.md, part C)."""
+for 30 of them (291 ms at 315k events; docs/benchmarks.md, "Profiling")."""
 
 import pytest
 from django.db import connection, transaction

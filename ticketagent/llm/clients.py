@@ -9,7 +9,7 @@ from ticketagent.llm.openai_client import OpenAIModel
 if settings.OPENAI_API_KEY:
     # rq forks a work-horse per job from the worker process, which imports
     # this module at start (its recovery pass): importing the SDK here once
-    # saves every item ~0.4 s of CPU re-importing it (docs/benchmarks.md, 3).
+    # saves every item ~0.4 s of CPU re-importing it (docs/benchmarks.md, "Profiling").
     import httpx2  # noqa: F401
     import openai  # noqa: F401
 

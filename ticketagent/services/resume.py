@@ -120,7 +120,7 @@ def task_dry_run(*, task_id: int) -> DryRun:
     # Plain tuples, three queries: model instances cost ~10x more per row, and
     # `task.items.only(...)` without `task_id` reloaded every item one by one
     # (Django fetches the deferred FK to attach the known task): 10k queries
-    # for a 10k-item task. See docs/benchmarks.md.
+    # for a 10k-item task. See docs/benchmarks.md, "Profiling".
     effects_by_item: dict[str, list[tuple[str, str]]] = {}
     for owner_item, owner_step, state in Effect.objects.filter(owner_task=str(task.pk)).order_by().values_list(
             "owner_item", "owner_step", "state"):

@@ -146,7 +146,7 @@ def task_recent_events(task: Task, n: int = 100) -> list[Event]:
     """The task's last `n` events, newest first. Two steps: the ids from the
     (task, id) index alone, then those rows. Asked in one query, PostgreSQL
     walks the primary key backwards and filters by task, reading every newer
-    task's events first (50 ms at 300k events; docs/benchmarks.md)."""
+    task's events first (50 ms at 300k events; docs/benchmarks.md, "Profiling")."""
     ids = list(Event.objects.filter(task=task).order_by("-id").values_list("id", flat=True)[:n])
     return list(Event.objects.filter(id__in=ids).select_related("item").defer("item__body", "item__metadata")
                 .order_by("-id"))
