@@ -17,7 +17,7 @@ import signal
 from rq.worker import WorkerStatus
 
 from ticketagent import stopping
-from ticketagent.rqworker import SimpleWorker
+from ticketagent.scheduling.rqworker import SimpleWorker
 
 DEQUEUED = "Worker %s: %s: %s (%s)"  # rq's log line for the job it has just dequeued (worker.log_job_description)
 
