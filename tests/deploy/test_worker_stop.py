@@ -36,7 +36,7 @@ class SignalInsideLog(logging.Handler):
         self.fired += 1
         try:
             assert self.worker.get_state() != WorkerStatus.BUSY  # rq's "not busy: raise" branch
-            self.worker._shutdown()
+            self.worker.request_stop(signal.SIGTERM, None)  # what the signal runs
         except Exception:  # noqa: BLE001 - what logging.StreamHandler.emit does with it
             pass
 
