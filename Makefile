@@ -16,7 +16,8 @@
 #   make mutation     cosmic-ray over ledger/gate.py, ledger/statements.py and ledger/services.py
 #                     (long: run it in the background; docs/testing.md)
 #   make lint         ruff check . and make structure
-#   make structure    module and function sizes, private imports, import cycles
+#   make structure    module and function sizes and complexity, private imports, import cycles
+#                     (modules and packages), writes to libraries' objects outside their adapters
 #   make worker | sweep | sandbox | bench      one piece at a time (the Procfile's
 #                     names; `make recover` is `make sweep`)
 #   make clean        remove var/ (the private PostgreSQL's data, logs; not the

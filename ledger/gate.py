@@ -26,7 +26,7 @@ its own, for a caller with nothing of its own to write.
 
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -80,8 +80,13 @@ def intent_prepare(*, action: str, payload: dict, owner_task: str, owner_item: s
 
 
 def _in_transaction() -> bool:
-    """A transaction of the caller's is open (a test case's own wrapping block does not count)."""
-    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+    """A transaction of the caller's is open (a test case's own wrapping block does not count): a durable
+    block, which Django refuses inside another one but lets a test case's hold, cannot open."""
+    try:
+        with transaction.atomic(durable=True):
+            return False
+    except RuntimeError:
+        return True
 
 
 # --- 1. the intent ---------------------------------------------------------------------------

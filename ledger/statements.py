@@ -89,8 +89,8 @@ def insert_intent(intent: Intent, now) -> Effect | None:
     if not write_with_transition(sql, values, effect, "", "EFFECT_INTENT", actor=intent.claim_token,
                                  note=effect.payload_summary):
         return None
-    effect._state.adding, effect._state.db = False, connection.alias
-    return effect
+    fields = Effect._meta.concrete_fields  # the instance as loaded from its row (Django's own `from_db`)
+    return Effect.from_db(connection.alias, [f.attname for f in fields], [getattr(effect, f.attname) for f in fields])
 
 
 def record_outcome(effect: Effect, intent: Intent, result, *, settle_seconds: float | None = None) -> bool:
@@ -122,3 +122,17 @@ def record_outcome(effect: Effect, intent: Intent, result, *, settle_seconds: fl
         for name, value in before.items():
             setattr(effect, name, value)
     return written
+
+
+def transitions_page(owner_task: str, after_id: int, limit: int) -> list[tuple]:
+    """Up to `limit` transitions after `after_id` (in id order) of the effects of `owner_task` that carry the
+    effect's row: (id, at, event, snapshot as JSON text, from_state, note, actor, owner_item). Plain SQL: the
+    snapshot stays text for the reader to decode, the ORM's per-row conversion cost as much as the reading."""
+    quote = connection.ops.quote_name
+    sql = (f"SELECT t.id, t.at, t.event, CAST(t.snapshot AS TEXT), t.from_state, t.note, t.actor, e.owner_item "
+           f"FROM {quote(EffectTransition._meta.db_table)} t JOIN {quote(Effect._meta.db_table)} e "
+           f"ON e.id = t.effect_id WHERE e.owner_task = %s AND t.id > %s AND CAST(t.snapshot AS TEXT) <> '{{}}' "
+           f"ORDER BY t.id LIMIT %s")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [owner_task, after_id, limit])
+        return cursor.fetchall()

@@ -9,7 +9,7 @@ configured (`database_url()` is the one function that needs Django).
     worker = procs.start("worker", [sys.executable, "manage.py", "worker"])
     procs.kill(worker)                                 # SIGKILL, work-horse too
     worker = procs.restart(worker)                     # same command, same log
-    sandbox = start_sandbox(procs, db=workdir / "sandbox.sqlite3")
+    sandbox = start_sandbox(procs, db=workdir / "sandbox.sqlite3")   # ops.sandbox_child
     left = procs.stop()                                # SIGTERM, grace, SIGKILL, orphans
 
 A child's output goes to a log file, or (`stream=True`) to our stdout line by
@@ -25,7 +25,6 @@ environment block that the mark is read from.)
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -41,8 +40,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 import psutil
-
-from sandbox.client import SandboxClient
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK_ENV = "TICKETAGENT_SUPERVISORS"
@@ -494,57 +491,3 @@ class Processes:
             time.sleep(0.1)
             left = self.strays(others)
         return [describe(p) for p in left]
-
-
-# --------------------------------------------------------------------------- the benchmark's DBOS peer
-
-
-def dbos_worker_command(*, database_url: str, executor_id: str, polling: float = 0.01) -> list[str]:
-    """The command line of one worker of the benchmark's DBOS peer (ops/bench/dbos_worker.py)."""
-    return [sys.executable, "-m", "ops.bench.dbos_worker", "--database-url", database_url,
-            "--executor-id", executor_id, "--polling", str(polling)]
-
-
-# --------------------------------------------------------------------------- the sandbox helpdesk
-
-
-def sandbox_command(*, port: int, smtp_port: int, db: Path, ignore_keys: bool = False,
-                    quiet: bool = False) -> list[str]:
-    """The command line of the sandbox helpdesk (the one place that names how it starts)."""
-    argv = [sys.executable, "-m", "sandbox", "--port", str(port), "--smtp-port", str(smtp_port),
-            "--db", str(db)]
-    if ignore_keys:
-        argv.append("--ignore-keys")
-    if quiet:
-        argv.append("--quiet")
-    return argv
-
-
-@dataclass
-class Sandbox:
-    """A running sandbox helpdesk: its process, HTTP URL and SMTP port."""
-
-    child: Child
-    url: str
-    smtp_port: int
-
-
-def start_sandbox(procs: Processes, *, db: Path, ports: tuple[int, int] = (0, 0), ignore_keys: bool = False,
-                  quiet: bool = False, stream: bool = False, timeout: float = 15.0,
-                  argv: list[str] | None = None) -> Sandbox:
-    """Start the sandbox helpdesk as a child of `procs` and wait until it
-    answers. `ports` (HTTP, SMTP): 0 takes free ones. It prints its ports as
-    one JSON line first. `argv` replaces the command line built from the other
-    arguments (make run passes the Procfile's). On failure the child is stopped
-    and StartError (or TimeoutError) raised."""
-    argv = argv or sandbox_command(port=ports[0], smtp_port=ports[1], db=db, ignore_keys=ignore_keys, quiet=quiet)
-    child = procs.start("sandbox", argv, stream=stream)
-    try:
-        line = child.wait_line(lambda text: text.startswith("{") and '"http"' in text, timeout)
-        found = json.loads(line)
-        url, smtp_port = f"http://127.0.0.1:{int(found['http'])}", int(found["smtp"])
-        SandboxClient(url).wait_ready(timeout)
-    except BaseException:
-        procs.stop([child], grace=5)
-        raise
-    return Sandbox(child, url, smtp_port)

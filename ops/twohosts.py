@@ -35,8 +35,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ops.processes import ROOT, Child, Processes, sandbox_command, say, wait_port
+from ops.processes import ROOT, Child, Processes, say, wait_port
 from ops.procfile import command_line, read_procfile
+from ops.sandbox_child import sandbox_command
 
 PREFIX = "tad"  # namespaces tad-<host>, bridge tadbr0, veths tad<n>h (host side)
 HOSTS = ("db", "hd", "web", "w1", "w2", "sweep")

@@ -68,8 +68,9 @@ from admin_user import ensure_admin  # noqa: E402
 
 from ops import model as local_model  # noqa: E402
 from ops import pgserver  # noqa: E402
-from ops.processes import Processes, StartError, describe_exit, say, start_sandbox, wait_port  # noqa: E402
+from ops.processes import Processes, StartError, describe_exit, say, wait_port  # noqa: E402
 from ops.procfile import command_line, int_env, load_env_file, read_procfile  # noqa: E402
+from ops.sandbox_child import start_sandbox  # noqa: E402
 
 ROOT = er.ROOT
 PY = sys.executable

@@ -21,7 +21,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 
 from ledger import faults
-from ops.processes import Child, Processes, database_url, start_sandbox
+from ops.processes import Child, Processes, database_url
+from ops.sandbox_child import start_sandbox
 from sandbox.client import SandboxClient
 from tests.fakes.zendesk_server import zd, zendesk_server  # noqa: F401 - fixtures (a fake Zendesk)
 from ticketagent import stopping
@@ -102,7 +103,7 @@ def redis_conn():
 @pytest.fixture
 def queue(redis_conn):
     """The real RQ queue on a Redis database of its own, emptied around each test."""
-    from ticketagent.jobs import get_queue
+    from ticketagent.scheduling.jobs import get_queue
 
     redis_conn.flushdb()
     yield get_queue()

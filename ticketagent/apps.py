@@ -8,8 +8,6 @@ class TicketagentConfig(AppConfig):
     verbose_name = "Ticket agents"
 
     def ready(self):
-        from ticketagent import (
-            checks,  # noqa: F401  (registers the settings checks)
-            window,  # noqa: F401  (scheduling listens to the pipeline's and services' signals)
-        )
-        from ticketagent.eventlog import receivers  # noqa: F401  (connects the ledger's signals)
+        from ticketagent import checks  # noqa: F401  (registers the settings checks)
+        from ticketagent.scheduling import window  # noqa: F401  (listens to the pipeline's and services' signals)
+        from ticketagent.services import effect_events  # noqa: F401  (connects the ledger's signals)

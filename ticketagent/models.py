@@ -183,8 +183,8 @@ class Item(models.Model):
             models.Index(fields=["task", "finished_at"], name="item_task_finished_idx"),
             # a task's items in upload order, a page at a time (task detail)
             models.Index(fields=["task", "row"], name="item_task_row_idx"),
-            # a task's window (ticketagent/window.py): its queued items not yet sent to Redis, oldest first, and
-            # those sent — both found without reading every queued item of a 50,000-item task
+            # a task's window (ticketagent/scheduling/window.py): its queued items not yet sent to Redis, oldest
+            # first, and those sent — both found without reading every queued item of a 50,000-item task
             models.Index(fields=["task", "id"], name="item_waiting_idx",
                          condition=Q(status="queued", enqueued_at__isnull=True)),
             models.Index(fields=["task"], name="item_sent_idx",

@@ -125,7 +125,7 @@ if _db["ENGINE"] != "django.db.backends.postgresql":
 # TCP keepalives, and tcp_user_timeout for data sent but never
 # acknowledged (libpq options, ignored over a unix socket; docs/deploy.md).
 # The workers' and the sweep's sessions set the same values on the server's
-# side (ticketagent/db_sessions.py): a vanished host's sessions end there too.
+# side (ticketagent/scheduling/db_sessions.py): a vanished host's sessions end there too.
 _db["OPTIONS"] = {
     "connect_timeout": 10,  # s: a server that has not answered a new connection in 10 s is down, not slow
     "keepalives": 1,
@@ -142,13 +142,14 @@ _db["OPTIONS"] = {
 _db["OPTIONS"].update(server_side_binding=True, prepare_threshold=5)
 _db["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _db}
-# Per-session limits of the workers' and the sweep's sessions (ticketagent/db_sessions.py).
+# Per-session limits of the workers' and the sweep's sessions (ticketagent/scheduling/db_sessions.py).
 # Fixed values, not read from the environment (tests set them here, in-process):
 DB_STATEMENT_TIMEOUT_SECONDS = 30.0  # a phase's statements take milliseconds: 30 s is a stalled server
 DB_IDLE_IN_TRANSACTION_SECONDS = 5.0  # no phase keeps a transaction open across a network call
 DB_SWEEP_LOCK_TIMEOUT_SECONDS = 2.0  # the sweep skips locked rows; a lock held longer is a worker's, left to it
-# Workers' and the sweep's plan_cache_mode; empty: by the server's autovacuum (ticketagent/db_sessions.py), the
-# choice measured best either way (docs/benchmarks.md, "Plans kept from near-empty tables").
+# Workers' and the sweep's plan_cache_mode; empty: by the server's autovacuum
+# (ticketagent/scheduling/db_sessions.py), the choice measured best either way (docs/benchmarks.md, "Plans kept
+# from near-empty tables").
 DB_PLAN_CACHE_MODE = ""
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -187,7 +188,7 @@ WORKER_FORK = envbool("WORKER_FORK", False)
 WORKER_THREADS = envint("WORKER_THREADS", 1, minimum=1)
 # How often a worker checks that its command channel (rq's stop-job, shutdown,
 # kill-horse) still delivers, by a probe through it; a deaf one is rebuilt
-# (ticketagent/rqworker.py). 0: never checked (rq's own behaviour). 30 s: a
+# (ticketagent/scheduling/rqworker.py). 0: never checked (rq's own behaviour). 30 s: a
 # stop or shutdown is heard within half a minute for one PUBLISH a worker each time.
 WORKER_COMMAND_CHECK_SECONDS = 30.0
 RQ_SHOW_ADMIN_LINK = True
@@ -339,7 +340,7 @@ RECOVER_INTERVAL_SECONDS = envfloat("RECOVER_INTERVAL_SECONDS", 1.0, minimum=0.1
 REQUEUE_GRACE_SECONDS = envfloat("REQUEUE_GRACE_SECONDS", 5.0, minimum=0.0)
 # Jobs of one task waiting in Redis at a time (its window; the rest wait in
 # the database and are sent as items end). 0: twice the live workers' item threads, at least 4 -- every
-# thread has its next job at hand, and a flush of Redis loses little (ticketagent/window.py).
+# thread has its next job at hand, and a flush of Redis loses little (ticketagent/scheduling/window.py).
 QUEUE_WINDOW = 0
 
 # What the ledger is told of its owner (it names no action and no system of its own):

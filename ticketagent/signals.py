@@ -1,4 +1,4 @@
-"""What the pipeline and the services tell scheduling, without knowing it (`ticketagent.window` listens).
+"""What the pipeline and the services tell scheduling, without knowing it (`ticketagent.scheduling.window` listens).
 
 Both are sent by code that does not import the queue: the window connects
 its receivers at start (`apps.TicketagentConfig.ready`). Jobs reach Redis

@@ -14,7 +14,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ops.processes import Child, Processes, dbos_worker_command, start_sandbox
+from ops.processes import Child, Processes
+from ops.sandbox_child import start_sandbox
 
 WORKER = [sys.executable, "manage.py", "worker"]
 
@@ -51,7 +52,7 @@ class BenchProcesses:
         timeout = 60 + 5 * len(children) if timeout is None else timeout
         from rq import Worker
 
-        from ticketagent.jobs import get_queue
+        from ticketagent.scheduling.jobs import get_queue
 
         queue = get_queue()
         pids = {c.pid for c in children}
@@ -130,3 +131,9 @@ class BenchProcesses:
     def stop(self) -> None:
         self.procs.stop(grace=15)
         self.workers = []
+
+
+def dbos_worker_command(*, database_url: str, executor_id: str, polling: float = 0.01) -> list[str]:
+    """The command line of one worker of the benchmark's DBOS peer (ops/bench/dbos_worker.py)."""
+    return [sys.executable, "-m", "ops.bench.dbos_worker", "--database-url", database_url,
+            "--executor-id", executor_id, "--polling", str(polling)]

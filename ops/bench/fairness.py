@@ -29,8 +29,8 @@ from django.utils import timezone
 from ops.bench.upload_web import csv_bytes
 from ops.bench.workload import operator_client, wait_task_ended
 from ops.samples import ticket_rows
-from ticketagent import jobs
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task
+from ticketagent.scheduling import jobs
 from ticketagent.services.tasks import task_create
 from ticketagent.services.upload import task_upload
 

@@ -13,7 +13,7 @@ from ops.bench.naive import DONE_KEY, naive_item
 from ops.bench.profiling import profile_pipeline
 from ops.bench.workload import durable_rate, ticket_dict
 from ops.samples import ticket_rows
-from ticketagent import jobs
+from ticketagent.scheduling import jobs
 
 if TYPE_CHECKING:
     from ops.bench.runner import Bench

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.db import transaction
+from django.test import override_settings
 
 from ops.samples import ticket_rows
 
@@ -69,11 +69,8 @@ def profile_sdk_pipeline(bench: Bench) -> None:
     model server answering at once -- what a worker spends on an item
     besides waiting for the model."""
     server, base_url = bench.procs.start_model_server(0.0)
-    saved = {k: getattr(settings, k) for k in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MAX_RETRIES")}
     try:
-        settings.OPENAI_API_KEY, settings.OPENAI_BASE_URL, settings.OPENAI_MAX_RETRIES = "bench-key", base_url, 0
-        profile_pipeline(bench, "latency", "the durable pipeline with the OpenAI SDK (model answering at once)")
+        with override_settings(OPENAI_API_KEY="bench-key", OPENAI_BASE_URL=base_url, OPENAI_MAX_RETRIES=0):
+            profile_pipeline(bench, "latency", "the durable pipeline with the OpenAI SDK (model answering at once)")
     finally:
-        for k, v in saved.items():
-            setattr(settings, k, v)
         bench.procs.stop_other(server)

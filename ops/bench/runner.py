@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.test import override_settings
 
 from ops.bench import (
     dashboard,
@@ -136,7 +137,7 @@ class Bench:
         url, smtp_port = self.procs.start_sandbox()
         self.sandbox_url = url
         self.procs.env.update({"HELPDESK_URL": url, "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(smtp_port)})
-        settings.HELPDESK_URL, settings.EMAIL_PORT = url, smtp_port
+        override_settings(HELPDESK_URL=url, EMAIL_PORT=smtp_port).enable()  # for the bench's whole run
 
     def flush_redis(self) -> None:
         import redis

@@ -44,38 +44,6 @@ class RssPeak(threading.Thread):
         return max(self.peak, self.proc.memory_info().rss)
 
 
-class RedisCounter:
-    """Round trips and commands sent by every redis-py connection of this process."""
-
-    def __init__(self):
-        from redis.connection import AbstractConnection
-
-        self.round_trips = 0
-        self.commands = 0
-        original_packed, original_pack_commands = AbstractConnection.send_packed_command, \
-            AbstractConnection.pack_commands
-        counter = self
-
-        def send_packed_command(conn, command, check_health=True):
-            counter.round_trips += 1
-            return original_packed(conn, command, check_health)
-
-        def pack_commands(conn, commands):
-            commands = list(commands)  # a pipeline's commands, sent as one
-            counter.commands += len(commands)
-            return original_pack_commands(conn, commands)
-
-        original_send = AbstractConnection.send_command
-
-        def send_command(conn, *args, **kwargs):
-            counter.commands += 1
-            return original_send(conn, *args, **kwargs)
-
-        AbstractConnection.send_packed_command = send_packed_command
-        AbstractConnection.pack_commands = pack_commands
-        AbstractConnection.send_command = send_command
-
-
 def csv_bytes(n: int, tag: str) -> bytes:
     lines = ["ticket_id,customer_email,customer_name,subject,body"]
     for i in range(1, n + 1):
@@ -100,12 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     from django.conf import settings
     from django.contrib.auth.models import Group, User
     from django.core.files.uploadedfile import SimpleUploadedFile
-    from django.test import Client
+    from django.test import Client, override_settings
 
-    from ticketagent import jobs
+    from ops.bench.redis_counter import RedisCounter
+    from ticketagent.scheduling import jobs
 
     if "testserver" not in settings.ALLOWED_HOSTS:  # the test client's host name
-        settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+        override_settings(ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "testserver"]).enable()
     user, _ = User.objects.get_or_create(username="bench-uploader")
     user.groups.add(Group.objects.get_or_create(name="operators")[0])
     client = Client()

@@ -46,8 +46,8 @@ from ops.bench.pgstats import (
 )
 from ops.processes import database_url
 from ops.samples import ticket_rows
-from ticketagent import jobs
 from ticketagent.channels.served import helpdesk_served
+from ticketagent.scheduling import jobs
 from ticketagent.services.tasks import task_create
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def _ours(bench: Bench, admin, log: StatementLog | None, dbname: str, n: int) ->
         before = db_counters(admin, dbname)
         procs = bench.procs.start_workers(1)
         bench.procs.wait_workers_ready(procs)
-        # the items go to the queue of the helpdesk the task is bound to (ticketagent/jobs.py: queue_name)
+        # the items go to the queue of the helpdesk the task is bound to (ticketagent/scheduling/jobs.py: queue_name)
         registry = jobs.get_queue(jobs.queue_name(helpdesk_served().id)).finished_job_registry
         finished_before = registry.get_job_count()
         submitted = time.time()

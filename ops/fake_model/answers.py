@@ -36,6 +36,18 @@ def check_request(body) -> str:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages must be a non-empty array"
+    problem = _messages_problem(messages) or _tools_problem(body.get("tools") or [])
+    if problem:
+        return problem
+    rf = body.get("response_format")
+    if rf is not None and rf.get("type") == "json_schema":
+        return strict_schema_problem((rf.get("json_schema") or {}).get("schema") or {})
+    return ""
+
+
+def _messages_problem(messages: list) -> str:
+    """The first message a strict server would refuse: an unknown role or key, a tool call never answered, an
+    answer to no call."""
     open_calls: set[str] = set()
     for i, msg in enumerate(messages):
         role = msg.get("role") if isinstance(msg, dict) else None
@@ -47,17 +59,10 @@ def check_request(body) -> str:
         if role == "assistant" and msg.get("tool_calls"):
             if open_calls:
                 return f"messages[{i}]: tool calls {sorted(open_calls)} were not answered"
-            for j, call in enumerate(msg["tool_calls"]):
-                extra = set(call) - {"id", "type", "function"}
-                if extra:
-                    return f"messages[{i}].tool_calls[{j}]: unrecognized key(s) {sorted(extra)}"
-                fn = call.get("function") or {}
-                extra = set(fn) - {"name", "arguments"}
-                if extra:
-                    return f"messages[{i}].tool_calls[{j}].function: unrecognized key(s) {sorted(extra)}"
-                if call.get("type") != "function" or not isinstance(fn.get("arguments"), str):
-                    return f"messages[{i}].tool_calls[{j}]: expected a function call with string arguments"
-                open_calls.add(call.get("id"))
+            problem = _tool_calls_problem(i, msg["tool_calls"])
+            if problem:
+                return problem
+            open_calls.update(call.get("id") for call in msg["tool_calls"])
         elif role == "tool":
             if msg.get("tool_call_id") not in open_calls:
                 return f"messages[{i}]: tool message for unknown tool_call_id {msg.get('tool_call_id')!r}"
@@ -66,17 +71,30 @@ def check_request(body) -> str:
                 return f"messages[{i}].content must be a string"
         elif open_calls:
             return f"messages[{i}]: tool calls {sorted(open_calls)} were not answered"
-    if open_calls:
-        return f"tool calls {sorted(open_calls)} were not answered"
-    for i, tool in enumerate(body.get("tools") or []):
+    return f"tool calls {sorted(open_calls)} were not answered" if open_calls else ""
+
+
+def _tool_calls_problem(i: int, calls: list) -> str:
+    for j, call in enumerate(calls):
+        extra = set(call) - {"id", "type", "function"}
+        if extra:
+            return f"messages[{i}].tool_calls[{j}]: unrecognized key(s) {sorted(extra)}"
+        fn = call.get("function") or {}
+        extra = set(fn) - {"name", "arguments"}
+        if extra:
+            return f"messages[{i}].tool_calls[{j}].function: unrecognized key(s) {sorted(extra)}"
+        if call.get("type") != "function" or not isinstance(fn.get("arguments"), str):
+            return f"messages[{i}].tool_calls[{j}]: expected a function call with string arguments"
+    return ""
+
+
+def _tools_problem(tools: list) -> str:
+    for i, tool in enumerate(tools):
         fn = tool.get("function") or {}
         if tool.get("type") != "function" or not fn.get("name"):
             return f"tools[{i}]: expected a function tool"
         if fn.get("strict") is True and (fn.get("parameters") or {}).get("additionalProperties") is not False:
             return f"tools[{i}]: strict tools need additionalProperties: false"
-    rf = body.get("response_format")
-    if rf is not None and rf.get("type") == "json_schema":
-        return strict_schema_problem((rf.get("json_schema") or {}).get("schema") or {})
     return ""
 
 

@@ -21,9 +21,10 @@ from ops.killtest.pool import WorkerPool
 from ops.killtest.report import Report
 from ops.killtest.rt import RTOracle
 from ops.killtest.slow import SLOW_FAULTS, WORKER_FAULTS, SlowFaults
-from ops.processes import Processes, database_url, start_sandbox
+from ops.processes import Processes, database_url
 from ops.rt_server import OTHER_QUEUE, start_rt_server, stop_rt_server
 from ops.samples import ticket_rows
+from ops.sandbox_child import start_sandbox
 from sandbox.client import SandboxClient
 from ticketagent.models import Approval, ItemStatus, Task, TaskStatus
 from ticketagent.playbooks.files import spec_from_file

@@ -15,7 +15,7 @@ from ledger.models import Effect, EffectState
 from ticketagent.llm.openai_client import OpenAIModel
 from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, TaskStatus
 from ticketagent.pipeline.run import item_process
-from ticketagent.recovery import recover_once
+from ticketagent.scheduling.recovery import recover_once
 from ticketagent.services.resume import task_resume
 
 from ..factories import make_task

@@ -18,7 +18,7 @@ from ledger.models import Effect, EffectState, Verdict
 from ledger.services import effect_reconcile
 from ticketagent.models import ItemStatus
 from ticketagent.plan import effect_action
-from ticketagent.recovery import item_settle_unknowns, reconcile_unknowns
+from ticketagent.scheduling.recovery import item_settle_unknowns, reconcile_unknowns
 
 from ..factories import make_task
 from ..ledger.helpers import settled

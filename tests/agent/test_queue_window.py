@@ -12,9 +12,9 @@ import pytest
 from rq.job import Job
 
 from ledger.models import Effect, EffectState
-from ticketagent import jobs
-from ticketagent import window as window_module
 from ticketagent.models import Event, EventType, Item, ItemStatus, TaskStatus
+from ticketagent.scheduling import jobs
+from ticketagent.scheduling import window as window_module
 from ticketagent.services.resume import task_resume
 from ticketagent.services.tasks import task_cancel, task_pause
 
@@ -108,7 +108,7 @@ class TestCancel:
 
 
 def test_a_new_tasks_first_window_goes_ahead_of_the_waiting_jobs_and_its_refills_behind(queue, window):
-    from ticketagent.window import window_refill
+    from ticketagent.scheduling.window import window_refill
 
     big = make_task(5, prefix="B")
     small = make_task(5, prefix="S")
@@ -173,7 +173,7 @@ def test_with_redis_down_the_items_wait_in_the_database_and_the_sweep_sends_them
     import redis
     from rq import Queue
 
-    from ticketagent.recovery import recover_once
+    from ticketagent.scheduling.recovery import recover_once
 
     down = Queue("down", connection=redis.Redis(port=1, socket_connect_timeout=0.2))
     monkeypatch.setattr(jobs, "get_queue", lambda name=None: down)

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from ledger.models import Effect, EffectState
-from ticketagent.recovery import reconcile_unknowns
+from ticketagent.scheduling.recovery import reconcile_unknowns
 
 from ..ledger.helpers import run_notify
 

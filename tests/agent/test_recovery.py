@@ -60,7 +60,7 @@ def test_an_orphaned_work_horse_keeps_its_lease_and_nothing_runs_twice(workers, 
     assert workers.orphans(), "the work-horse runs on without its parent"
     workers.start(1)
     workers.start_recovery()
-    from ticketagent import jobs
+    from ticketagent.scheduling import jobs
 
     jobs.get_queue().enqueue(jobs.JOB_FUNCTION, item.pk, item.attempt, job_id=f"item-{item.pk}-rerun")
     wait_for(lambda: Item.objects.get(pk=item.pk).status == ItemStatus.DONE, timeout=30, message="the item")

@@ -18,7 +18,7 @@ from ticketagent.llm.base import ModelError
 from ticketagent.llm.offline import OfflineModel
 from ticketagent.models import Item, ItemStatus, Task, TaskStatus
 from ticketagent.pipeline.run import item_process
-from ticketagent.recovery import recover_once
+from ticketagent.scheduling.recovery import recover_once
 from ticketagent.services import ServiceError
 from ticketagent.services.resume import task_resume
 

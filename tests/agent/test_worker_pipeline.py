@@ -4,8 +4,8 @@ import pytest
 from django.db.models import Count
 
 from ledger.models import Effect, EffectState
-from ticketagent import jobs
 from ticketagent.models import Approval, Event, EventType, Item, ItemStatus, TaskStatus
+from ticketagent.scheduling import jobs
 
 from ..factories import make_task, suspended_task
 

@@ -13,9 +13,9 @@ from django.utils import timezone
 from playwright.sync_api import expect
 from rq.job import Job
 
-from ticketagent import jobs
 from ticketagent.models import Item, ItemStatus
-from ticketagent.recovery import recover_once
+from ticketagent.scheduling import jobs
+from ticketagent.scheduling.recovery import recover_once
 from ticketagent.services.tasks import task_pause
 
 from ..factories import make_task

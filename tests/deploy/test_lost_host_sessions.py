@@ -2,7 +2,7 @@
 
 A throwaway PostgreSQL runs on a "database host", a worker's and a sweep's session connect to it from a "worker
 host" (network namespaces on one bridge) with the product's settings (`manage.py worker`/`recover` set them:
-ticketagent/db_sessions.py) and sit idle, as a worker's kept connection does between items. Then the host's link
+ticketagent/scheduling/db_sessions.py) and sit idle, as a worker's kept connection does between items. Then the host's link
 goes down on the bridge both hosts are on: its packets are dropped silently, both ways (no RST, no FIN), as when a
 cable is pulled or a VM is partitioned; the database host's link stays up, so its kernel probes and waits.
 The server's side of each session must be gone from pg_stat_activity within `lost_client_seconds()`: without the
@@ -28,7 +28,7 @@ import pytest
 
 from ops.pgserver import NoPostgres, find_binaries, initdb
 from ops.processes import Processes, wait_port
-from ticketagent.db_sessions import lost_client_seconds
+from ticketagent.scheduling.db_sessions import lost_client_seconds
 
 from ..conftest import skip_or_fail
 
@@ -48,7 +48,7 @@ import sys, time
 import django
 django.setup()
 from django.db import connection
-from ticketagent.db_sessions import session_limits
+from ticketagent.scheduling.db_sessions import session_limits
 session_limits(sys.argv[1])
 with connection.cursor() as cursor:
     cursor.execute("SELECT pg_backend_pid(), current_setting('tcp_keepalives_idle'), "

@@ -17,7 +17,7 @@ import signal
 from rq.worker import WorkerStatus
 
 from ticketagent import stopping
-from ticketagent.rqworker import SimpleWorker
+from ticketagent.scheduling.rqworker import SimpleWorker
 
 DEQUEUED = "Worker %s: %s: %s (%s)"  # rq's log line for the job it has just dequeued (worker.log_job_description)
 
@@ -36,7 +36,7 @@ class SignalInsideLog(logging.Handler):
         self.fired += 1
         try:
             assert self.worker.get_state() != WorkerStatus.BUSY  # rq's "not busy: raise" branch
-            self.worker._shutdown()
+            self.worker.request_stop(signal.SIGTERM, None)  # what the signal runs
         except Exception:  # noqa: BLE001 - what logging.StreamHandler.emit does with it
             pass
 

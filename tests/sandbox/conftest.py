@@ -3,7 +3,8 @@
 import urllib.parse
 from types import SimpleNamespace
 
-from ops.processes import Processes, start_sandbox
+from ops.processes import Processes
+from ops.sandbox_child import start_sandbox
 from sandbox.client import SandboxClient
 
 

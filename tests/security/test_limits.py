@@ -12,8 +12,8 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger.models import Effect, EffectState
-from ticketagent import jobs
 from ticketagent.models import Event, Item, ItemStatus, Task, TaskStatus
+from ticketagent.scheduling import jobs
 from ticketagent.web import ratelimit
 
 from ..factories import csv_batch, make_task

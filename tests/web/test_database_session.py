@@ -1,6 +1,6 @@
 """The database sessions bind parameters on the server and keep a statement prepared once it has run
 DB_PREPARE_THRESHOLD times (docs/deploy.md): a worker's phases are parsed once per session; a worker's session
-plans them once too, or at every run on a server with autovacuum off (ticketagent/db_sessions.py)."""
+plans them once too, or at every run on a server with autovacuum off (ticketagent/scheduling/db_sessions.py)."""
 
 import pytest
 from django.db import connection
@@ -23,19 +23,19 @@ def test_statements_are_bound_by_the_server_and_prepared_after_five_runs():
 
 @pytest.fixture
 def worker_sessions():
-    """This process's new sessions get the worker's settings (ticketagent/db_sessions.py), as `manage.py
+    """This process's new sessions get the worker's settings (ticketagent/scheduling/db_sessions.py), as `manage.py
     worker` makes them; afterwards, plain sessions again."""
     from django.db import connections
     from django.db.backends.signals import connection_created
 
-    from ticketagent import db_sessions
+    from ticketagent.scheduling import db_sessions
 
     db_sessions.session_limits("worker")
     try:
         yield
     finally:
         db_sessions._ROLE.clear()
-        connection_created.disconnect(dispatch_uid="ticketagent.db_sessions")
+        connection_created.disconnect(dispatch_uid="ticketagent.scheduling.db_sessions")
         for conn in connections.all():
             conn.close()
 
@@ -84,7 +84,7 @@ def test_a_worker_session_planning_every_run_makes_no_generic_plan(worker_sessio
 def test_worker_and_sweep_sessions_mirror_the_clients_keepalives_on_the_server():
     """The server watches a worker's or the sweep's session as the client does (the values it sets per session;
     tests/deploy/test_lost_host_sessions.py cuts a host off and watches its sessions end within the bound)."""
-    from ticketagent.db_sessions import lost_client_seconds, session_settings
+    from ticketagent.scheduling.db_sessions import lost_client_seconds, session_settings
 
     options = {"keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3, "tcp_user_timeout": 20000}
     for role in ("worker", "sweep"):

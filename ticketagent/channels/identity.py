@@ -2,7 +2,7 @@
 
 A task is bound to the helpdesk it was created for (`Task.helpdesk_id`); a
 worker serves the helpdesk its settings reach (`served.helpdesk_served`), and takes
-only the items of tasks bound to that one (`ticketagent.jobs.queue_name`
+only the items of tasks bound to that one (`ticketagent.scheduling.jobs.queue_name`
 routes them; the lease checks again). Identities are compared, never URLs:
 two URLs may reach one helpdesk, and one URL may reach another helpdesk
 tomorrow. Each adapter says how its system reports who it is

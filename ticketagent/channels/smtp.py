@@ -12,11 +12,11 @@ import smtplib
 import time
 
 from django.conf import settings
-from django.core.mail import BadHeaderError, EmailMessage, get_connection
-from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
+from django.core.mail import BadHeaderError, EmailMessage
 
 from ledger.channels.base import Abilities, CallResult, Cause, Channel, current_deadline
 from ledger.models import EffectState
+from ticketagent.channels.smtplib_adapter import mail_connection
 
 CONNECT_TRIES = 3  # a mail server that cannot be reached: tried again after 0.5, 1 s
 
@@ -26,42 +26,6 @@ def _refusal_cause(exc: smtplib.SMTPException) -> str:
     codes = [code for code, _ in exc.recipients.values()] if isinstance(exc, smtplib.SMTPRecipientsRefused) \
         else [getattr(exc, "smtp_code", 500)]
     return Cause.UNAVAILABLE if codes and all(400 <= code < 500 for code in codes) else Cause.REFUSED
-
-
-def _last_line_checked(cls):
-    """`cls` (smtplib.SMTP or SMTP_SSL) whose DATA asks the caller's deadline
-    right before the end-of-data line: the server accepts a message only
-    with that line, so until it leaves nothing is delivered."""
-
-    class DeadlineSMTP(cls):
-        def data(self, msg):
-            self.putcmd("data")
-            code, reply = self.getreply()
-            if code != 354:
-                raise smtplib.SMTPDataError(code, reply)
-            if isinstance(msg, str):
-                msg = smtplib._fix_eols(msg).encode("ascii")
-            quoted = smtplib._quote_periods(msg)
-            if quoted[-2:] != smtplib.bCRLF:
-                quoted += smtplib.bCRLF
-            self.send(quoted)
-            current_deadline().room_to_send(float(self.timeout or 0), "the message's end of data")
-            current_deadline().writes_sent += 1
-            self.send(b"." + smtplib.bCRLF)
-            return self.getreply()
-
-    return DeadlineSMTP
-
-
-_CHECKED = {cls: _last_line_checked(cls) for cls in (smtplib.SMTP, smtplib.SMTP_SSL)}
-
-
-class _DeadlineBackend(SMTPBackend):
-    """Django's SMTP backend whose connections ask the deadline before the end of data."""
-
-    @property
-    def connection_class(self):
-        return _CHECKED[super().connection_class]
 
 
 class EmailChannel(Channel):
@@ -86,9 +50,7 @@ class EmailChannel(Channel):
             message.message()  # a header that cannot be sent fails here, before anything leaves
         except (BadHeaderError, ValueError) as exc:
             return CallResult(EffectState.FAILED, error=f"the message cannot be sent: {exc}", cause=Cause.INVALID)
-        connection = get_connection(fail_silently=False, timeout=settings.EMAIL_TIMEOUT)
-        if isinstance(connection, SMTPBackend):
-            connection.__class__ = _DeadlineBackend
+        connection = mail_connection(timeout=settings.EMAIL_TIMEOUT)
         error, cause = self._open(connection)
         if error:
             return CallResult(EffectState.FAILED, error=f"could not connect to the mail server: {error}", cause=cause)
@@ -138,7 +100,7 @@ class EmailChannel(Channel):
         return problems[0] if problems else ""
 
     def check(self):
-        connection = get_connection(fail_silently=False, timeout=settings.EMAIL_TIMEOUT)
+        connection = mail_connection(timeout=settings.EMAIL_TIMEOUT)
         try:
             connection.open()
         except (OSError, smtplib.SMTPException) as exc:

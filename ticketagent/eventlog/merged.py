@@ -15,10 +15,9 @@ import heapq
 import json
 from collections.abc import Iterable, Iterator
 
-from django.db import connection
 from django.utils.dateparse import parse_datetime
 
-from ledger.models import Effect, EffectTransition
+from ledger.history import owner_transitions
 
 _decode = json.JSONDecoder().raw_decode
 
@@ -39,24 +38,11 @@ def transition_payload(snapshot: dict, from_state: str, note: str) -> dict:
 
 def task_transitions(task_id: int, chunk: int = 5000) -> Iterator[tuple]:
     """(at, id, line) for each transition of the task's effects that carries its row, in id order."""
-    quote = connection.ops.quote_name
-    sql = (f"SELECT t.id, t.at, t.event, CAST(t.snapshot AS TEXT), t.from_state, t.note, t.actor, e.owner_item "
-           f"FROM {quote(EffectTransition._meta.db_table)} t JOIN {quote(Effect._meta.db_table)} e "
-           f"ON e.id = t.effect_id WHERE e.owner_task = %s AND t.id > %s AND CAST(t.snapshot AS TEXT) <> '{{}}' "
-           f"ORDER BY t.id LIMIT %s")
-    last_id = 0
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [str(task_id), last_id, chunk])
-            rows = cursor.fetchall()
-        if not rows:
-            return
-        last_id = rows[-1][0]
-        for tid, at, event, snapshot, from_state, note, actor, owner_item in rows:
-            snapshot = _decode(snapshot)[0]  # (an old row, with none, was copied into the events: not read)
-            at = when(at)
-            yield at, tid, {"type": event, "payload": transition_payload(snapshot, from_state, note),
-                            "item": int(owner_item), "actor": actor, "timestamp": at}
+    for tid, at, event, snapshot, from_state, note, actor, owner_item in owner_transitions(str(task_id), chunk):
+        snapshot = _decode(snapshot)[0]  # (an old row, with none, was copied into the events: not read)
+        at = when(at)
+        yield at, tid, {"type": event, "payload": transition_payload(snapshot, from_state, note),
+                        "item": int(owner_item), "actor": actor, "timestamp": at}
 
 
 def merge(events: Iterable[tuple], transitions: Iterable[tuple]) -> Iterator[dict]:

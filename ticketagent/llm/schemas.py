@@ -1,6 +1,7 @@
 """The structured outputs a model must produce (validated with pydantic).
 
-The action allow-list lives here: nothing a ticket says can add to it.
+The action allow-list (`ticketagent.vocabulary`, shared with the playbooks) is checked here: nothing a ticket
+says can add to it.
 
 What is *sent* to the model as the JSON schema (``model_json_schema()``, which
 the SDK's ``type_to_response_format_param()`` turns into a strict ``response_format``,
@@ -17,11 +18,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from ticketagent.vocabulary import Action, Priority
+
 SCHEMA_VERSION = 1
 
-Priority = Literal["low", "normal", "high", "urgent"]
 Sentiment = Literal["negative", "neutral", "positive"]
-Action = Literal["save_draft", "notify_customer", "set_status", "close_ticket", "escalate"]
 HelpdeskStatus = Literal["open", "pending", "solved", "escalated", "on_hold"]
 
 ALLOWED_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]

@@ -3,7 +3,7 @@
 Safe to run any number of times: the lease admits one worker, the
 checkpoint skips finished steps and the ledger refuses repeated effects.
 The pipeline does not know how it is scheduled: the RQ job around it is
-`ticketagent.runner.process_item`.
+`ticketagent.scheduling.runner.process_item`.
 """
 
 import logging

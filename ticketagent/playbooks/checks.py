@@ -54,18 +54,35 @@ def reply_check(spec: PlaybookSpec, *, reply: dict, ticket: dict, triage: dict) 
     checks = spec.checks
     body = _without_signature(reply.get("body", ""), spec.reply.signature)
     text = f"{reply.get('subject', '')}\n{body}"
-    failed = []
-    length = len(body.strip())
-    if length < checks.min_chars:
-        failed.append(_fail("too_short", f"the reply is {length} characters long; the playbook asks for at least "
-                                         f"{checks.min_chars}"))
-    if length > spec.reply.max_chars:
-        failed.append(_fail("too_long", f"the reply is {length} characters long; the playbook allows "
-                                        f"{spec.reply.max_chars}"))
+    failed = _length_failed(spec, body)
     if checks.scaffolding:
         leaked = scaffolding_found(text, spec)
         if leaked:
             failed.append(_fail("scaffolding", leaked))
+    failed += _content_failed(spec, text, ticket)
+    failed += _contacts_failed(spec, text, ticket)
+    if checks.language:
+        expected = reply_language(spec, ticket=ticket, triage=triage)
+        found = language_detect(body)
+        if expected and found and found != expected:
+            failed.append(_fail("wrong_language", f"written in {found!r}; the reply should be in {expected!r}"))
+    return failed
+
+
+def _length_failed(spec: PlaybookSpec, body: str) -> list[dict]:
+    length, failed = len(body.strip()), []
+    if length < spec.checks.min_chars:
+        failed.append(_fail("too_short", f"the reply is {length} characters long; the playbook asks for at least "
+                                         f"{spec.checks.min_chars}"))
+    if length > spec.reply.max_chars:
+        failed.append(_fail("too_long", f"the reply is {length} characters long; the playbook allows "
+                                        f"{spec.reply.max_chars}"))
+    return failed
+
+
+def _content_failed(spec: PlaybookSpec, text: str, ticket: dict) -> list[dict]:
+    """Promises, secrets and articles the playbook does not have."""
+    checks, failed = spec.checks, []
     articles = [a for a in spec.articles if a.enabled]
     if checks.promises or checks.money:
         found = promises_found(text, phrases=checks.promise_phrases if checks.promises else {},
@@ -77,22 +94,22 @@ def reply_check(spec: PlaybookSpec, *, reply: dict, ticket: dict, triage: dict) 
         guidance = [placeholders_fill(section, ticket) for section in spec.guidance.model_dump().values()]
         found = secrets_found(text, internal=internal, guidance=guidance, public=[a.body for a in articles])
         failed += _matched("secret", "gives away", found)
-    ours = _playbook_contacts(spec)
-    # the customer's whole subject quoted back ("Re: Order 1042 (2 items)") names their ticket: no contact is given
-    words = text.replace(subject, " ") if (subject := (ticket.get("subject") or "").strip()) else text
-    echoed = personal_data_echoed(words, ticket=ticket, allowed=ours) if checks.personal_data else []
-    failed += _matched("personal_data", "copies back the customer's", echoed)
-    if checks.made_up_contacts:
-        unknown = contacts_unknown(words, known=ours)
-        failed += _matched("made_up_contact", "not on the playbook's allow-list nor in its text", unknown)
     if checks.article_titles:
         titles = titles_unknown(text, titles=[a.title for a in articles], cues=checks.article_cues)
         failed += _matched("unknown_article", "cites an article the playbook does not have", titles, quoted=True)
-    if checks.language:
-        expected = reply_language(spec, ticket=ticket, triage=triage)
-        found = language_detect(body)
-        if expected and found and found != expected:
-            failed.append(_fail("wrong_language", f"written in {found!r}; the reply should be in {expected!r}"))
+    return failed
+
+
+def _contacts_failed(spec: PlaybookSpec, text: str, ticket: dict) -> list[dict]:
+    """The customer's personal data copied back, contact details not on the allow-list."""
+    ours, failed = _playbook_contacts(spec), []
+    # the customer's whole subject quoted back ("Re: Order 1042 (2 items)") names their ticket: no contact is given
+    words = text.replace(subject, " ") if (subject := (ticket.get("subject") or "").strip()) else text
+    echoed = personal_data_echoed(words, ticket=ticket, allowed=ours) if spec.checks.personal_data else []
+    failed += _matched("personal_data", "copies back the customer's", echoed)
+    if spec.checks.made_up_contacts:
+        unknown = contacts_unknown(words, known=ours)
+        failed += _matched("made_up_contact", "not on the playbook's allow-list nor in its text", unknown)
     return failed
 
 

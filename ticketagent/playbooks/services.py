@@ -10,11 +10,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from ticketagent.errors import ServiceError
 from ticketagent.playbooks.models import Article, Playbook, PlaybookVersion, VersionStatus
 from ticketagent.playbooks.search import article_vectors_refresh
 from ticketagent.playbooks.spec import PlaybookInvalid, PlaybookSpec, spec_validate
 from ticketagent.playbooks.standard import standard_spec
-from ticketagent.services import ServiceError
 
 SECTIONS = ("name", "guidance", "categories", "rules", "reply", "checks", "articles")
 

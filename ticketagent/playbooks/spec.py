@@ -17,9 +17,9 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ticketagent.llm.schemas import Action, Priority
 from ticketagent.playbooks.conditions import Condition, ConditionError, condition_parse
 from ticketagent.playbooks.contacts import contacts_found
+from ticketagent.vocabulary import Action, Priority
 
 FORMAT = 2  # the layout of a spec this code writes; a version written in another it cannot read is not run
 # Format 1 (before the promise, secret, personal-data, contact allow-list and article-title checks) is read as

@@ -6,6 +6,6 @@ from unfinished items), `items` (requeue, continue after review, approval),
 `ticketagent.pipeline`.
 """
 
+from ticketagent.errors import ServiceError
 
-class ServiceError(Exception):
-    """An operator action that cannot be applied; the message says why."""
+__all__ = ["ServiceError"]

@@ -61,27 +61,9 @@ def task_go_live(*, task_id: int, exclude=(), rows=None, user=None, name: str = 
     task = _rehearsal(task_id)
     if task.status in ACTIVE_TASK_STATUSES:
         raise ServiceError("the rehearsal is still running: go live once it has ended and its decisions are read")
-    if not all(str(pk).isdigit() for pk in exclude):
-        raise ServiceError("exclude names items by their number")
-    excluded = {int(pk) for pk in exclude}
     items = list(task.items.select_related("checkpoint").order_by("row"))
-    strangers = excluded - {item.pk for item in items}
-    if strangers:
-        raise ServiceError(f"item {min(strangers)} is not a ticket of this rehearsal")
-    rehearsed = [item for item in items if item.pk not in excluded]
-    if not rehearsed:
-        raise ServiceError("every ticket of the rehearsal is excluded: nothing would go live")
-    fresh = {row.ticket_id: row for row in rows} if rows is not None else {}
-    if rows is not None and not rows:
-        raise ServiceError("the new file holds no ticket")
-    missing = [item.ticket_id for item in rehearsed if fresh and item.ticket_id not in fresh]
-    if missing:
-        raise ServiceError(f"the new file lacks {len(missing)} rehearsed ticket(s), e.g. {missing[0]}: exclude "
-                           f"them or upload the whole file")
-    unrehearsed = sorted(set(fresh) - {item.ticket_id for item in items})
-    if unrehearsed:
-        raise ServiceError(f"the new file holds {len(unrehearsed)} ticket(s) the rehearsal did not decide, e.g. "
-                           f"{unrehearsed[0]}: rehearse them first")
+    rehearsed = _kept_items(items, exclude)
+    fresh = _fresh_rows(items, rehearsed, rows)
     helpdesk_ready(notify_channel=notify_channel or task.notify_channel)
     live_rows, carried, recomputed = [], {}, {}
     for item in rehearsed:
@@ -104,6 +86,40 @@ def task_go_live(*, task_id: int, exclude=(), rows=None, user=None, name: str = 
                              payload={"from_item": origin, "reason": why})
                        for ticket, (origin, why) in recomputed.items()])
     return live
+
+
+def _kept_items(items: list[Item], exclude) -> list[Item]:
+    """The rehearsal's items that go live: all but the `exclude`d ids (ServiceError: an id not of its items, or
+    nothing left)."""
+    if not all(str(pk).isdigit() for pk in exclude):
+        raise ServiceError("exclude names items by their number")
+    excluded = {int(pk) for pk in exclude}
+    strangers = excluded - {item.pk for item in items}
+    if strangers:
+        raise ServiceError(f"item {min(strangers)} is not a ticket of this rehearsal")
+    kept = [item for item in items if item.pk not in excluded]
+    if not kept:
+        raise ServiceError("every ticket of the rehearsal is excluded: nothing would go live")
+    return kept
+
+
+def _fresh_rows(items: list[Item], kept: list[Item], rows) -> dict:
+    """The new file's rows by ticket id ({} when none is given); ServiceError when it is empty, lacks a ticket that
+    goes live, or holds one the rehearsal did not decide."""
+    if rows is None:
+        return {}
+    if not rows:
+        raise ServiceError("the new file holds no ticket")
+    fresh = {row.ticket_id: row for row in rows}
+    missing = [item.ticket_id for item in kept if item.ticket_id not in fresh]
+    if missing:
+        raise ServiceError(f"the new file lacks {len(missing)} rehearsed ticket(s), e.g. {missing[0]}: exclude "
+                           f"them or upload the whole file")
+    unrehearsed = sorted(set(fresh) - {item.ticket_id for item in items})
+    if unrehearsed:
+        raise ServiceError(f"the new file holds {len(unrehearsed)} ticket(s) the rehearsal did not decide, e.g. "
+                           f"{unrehearsed[0]}: rehearse them first")
+    return fresh
 
 
 def _reviewed_plan(item: Item, row: TicketRow, version_id: int):

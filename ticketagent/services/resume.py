@@ -128,40 +128,12 @@ def task_dry_run(*, task_id: int) -> DryRun:
     cursors = dict(Checkpoint.objects.filter(task=task).order_by().values_list("item_id", "cursor"))
     out: list[DryRunItem] = []
     totals = {"recompute": 0, "retry": 0, "needs_confirmation": 0, "continue": 0, "done": 0}
-    open_states = (EffectState.UNKNOWN, EffectState.INTENT)
     for pk, ticket_id, status in Item.objects.filter(task=task).order_by("row").values_list(
             "id", "ticket_id", "status"):
-        effects = effects_by_item.get(str(pk), ())
-        if status in (ItemStatus.DONE, ItemStatus.SKIPPED):
-            entry = DryRunItem(pk, ticket_id, status, "done")
-        elif status == ItemStatus.WAITING_APPROVAL:
-            entry = DryRunItem(pk, ticket_id, status, "needs_confirmation", ["close_ticket"],
-                               "waits for an operator's approval")
-        elif status == ItemStatus.WAITING_REVIEW or any(state in open_states for _, state in effects):
-            steps = [step for step, state in effects if state in open_states]
-            entry = DryRunItem(pk, ticket_id, status, "needs_confirmation", steps,
-                               "unknown effects: resume will not touch them")
-        elif status == ItemStatus.RUNNING:
-            entry = DryRunItem(pk, ticket_id, status, "continue", [], "running now")
-        else:
-            cursor = cursors.get(pk, 0)
-            redo = [s.name for s in STEPS[cursor:] if s.name in MODEL_STEPS]
-            retry = [step for step, state in effects if state == EffectState.FAILED]
-            if retry:
-                entry = DryRunItem(pk, ticket_id, status, "retry", retry,
-                                   "effects that did not happen are tried again with the same key")
-            elif redo:
-                entry = DryRunItem(pk, ticket_id, status, "recompute", redo)
-            else:
-                entry = DryRunItem(pk, ticket_id, status, "continue", [s.name for s in STEPS[cursor:]])
+        entry = _dry_run_item(pk, ticket_id, status, effects_by_item.get(str(pk), ()), cursors.get(pk, 0))
         totals[entry.category] += 1
         out.append(entry)
-    blocked = ""
-    if _incompatible_checkpoints(task):
-        blocked = ("checkpoints were written by a plan or schema version this code cannot honour; "
-                   "start a new task from the unfinished items")
-    elif task.status in (TaskStatus.CANCELLED, TaskStatus.NEEDS_MIGRATION):
-        blocked = f"a {task.get_status_display()} task cannot be resumed"
+    blocked = _resume_blocked(task)
     newer = _newer_version(task)
     costs = step_costs(task.pk)
     calls = sum(c for _, c, _ in costs.values())
@@ -170,6 +142,42 @@ def task_dry_run(*, task_id: int) -> DryRun:
                   step_cost={name: (cost / n).quantize(NANO) for name, (n, _, cost) in costs.items()},
                   call_cost=(sum(c for _, _, c in costs.values()) / calls).quantize(NANO) if calls else None,
                   calls_known=calls, budget_reached=budget_reached(task))
+
+
+OPEN_STATES = (EffectState.UNKNOWN, EffectState.INTENT)
+
+
+def _dry_run_item(pk: int, ticket_id: str, status: str, effects, cursor: int) -> DryRunItem:
+    """What resuming would do to one item, from its status, its effects' (step, state) and its cursor."""
+    if status in (ItemStatus.DONE, ItemStatus.SKIPPED):
+        return DryRunItem(pk, ticket_id, status, "done")
+    if status == ItemStatus.WAITING_APPROVAL:
+        return DryRunItem(pk, ticket_id, status, "needs_confirmation", ["close_ticket"],
+                          "waits for an operator's approval")
+    if status == ItemStatus.WAITING_REVIEW or any(state in OPEN_STATES for _, state in effects):
+        steps = [step for step, state in effects if state in OPEN_STATES]
+        return DryRunItem(pk, ticket_id, status, "needs_confirmation", steps,
+                          "unknown effects: resume will not touch them")
+    if status == ItemStatus.RUNNING:
+        return DryRunItem(pk, ticket_id, status, "continue", [], "running now")
+    retry = [step for step, state in effects if state == EffectState.FAILED]
+    if retry:
+        return DryRunItem(pk, ticket_id, status, "retry", retry,
+                          "effects that did not happen are tried again with the same key")
+    redo = [s.name for s in STEPS[cursor:] if s.name in MODEL_STEPS]
+    if redo:
+        return DryRunItem(pk, ticket_id, status, "recompute", redo)
+    return DryRunItem(pk, ticket_id, status, "continue", [s.name for s in STEPS[cursor:]])
+
+
+def _resume_blocked(task: Task) -> str:
+    """Why the task cannot be resumed ("": it can)."""
+    if _incompatible_checkpoints(task):
+        return ("checkpoints were written by a plan or schema version this code cannot honour; "
+                "start a new task from the unfinished items")
+    if task.status in (TaskStatus.CANCELLED, TaskStatus.NEEDS_MIGRATION):
+        return f"a {task.get_status_display()} task cannot be resumed"
+    return ""
 
 
 def _newer_version(task: Task) -> PlaybookVersion | None:

@@ -152,7 +152,7 @@ class RateLimitMiddleware:
 
     def __call__(self, request):
         response = self.get_response(request)
-        username = getattr(request, "_ratelimit_login_username", None)
+        username = getattr(request, "ratelimit_login_username", None)
         if username:
             if response.status_code == 200:
                 ratelimit.login_failed(request, username)  # the login form came back: the attempt failed
@@ -173,7 +173,7 @@ class RateLimitMiddleware:
             refusal = ratelimit.login_refusal(request, username)
             if refusal is not None:
                 return self.refuse(request, *refusal)
-            request._ratelimit_login_username = username
+            request.ratelimit_login_username = username
             return None
         allowance = ratelimit.hit(request, scope)
         if not allowance.allowed:

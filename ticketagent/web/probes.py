@@ -67,7 +67,7 @@ def _redis() -> tuple[str, int | None]:
     from rq import Worker
     from rq.queue import Queue
 
-    from ticketagent.rqworker import is_alive, seconds_since_seen
+    from ticketagent.scheduling.rqworker import is_alive, seconds_since_seen
 
     try:
         conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)

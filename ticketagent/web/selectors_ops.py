@@ -10,12 +10,12 @@ from django.utils import timezone
 from rq import Worker
 
 from ledger.models import Effect, EffectTransition
-from ticketagent import jobs
 from ticketagent.eventlog.merged import merge, transition_payload
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import EFFECT_STEPS, REPLY_ACTIONS, effect_holds, not_chosen, rejection_outcome, step_name
-from ticketagent.recovery import JOB_MISSING, JOB_STUCK
-from ticketagent.rqworker import is_alive, seconds_since_seen
+from ticketagent.scheduling import jobs
+from ticketagent.scheduling.recovery import JOB_MISSING, JOB_STUCK
+from ticketagent.scheduling.rqworker import is_alive, seconds_since_seen
 
 log = logging.getLogger(__name__)
 

@@ -76,37 +76,14 @@ class Command(BaseCommand):
                                  "(default: %(default)s)")
 
     def handle(self, *args, **opts):
-        for name in ("rounds", "items", "workers", "threads"):
-            if opts[name] < 1:
-                raise CommandError(f"--{name} must be at least 1")
-        faults = {f.strip() for f in opts["faults"].split(",") if f.strip()}
-        unknown = faults - set(FAULTS)
-        if unknown:
-            raise CommandError(f"--faults: unknown fault(s) {', '.join(sorted(unknown))}; use {', '.join(FAULTS)}")
-        if opts["fault_seconds"] <= float(FAST_ENV["LEASE_SECONDS"]):
-            raise CommandError(f"--fault-seconds {opts['fault_seconds']} must outlast the lease "
-                               f"(LEASE_SECONDS={FAST_ENV['LEASE_SECONDS']} s)")
-        for share in ("gateway_share", "read_faults"):
-            if not 0.0 <= opts[share] <= 1.0:
-                raise CommandError(f"--{share.replace('_', '-')} {opts[share]} must be between 0 and 1")
-        helpdesk_faults = {k: v for k, v in (("latency_ms", opts["latency_ms"]),
-                                             ("error_rate", {"*": opts["error_rate"]} if opts["error_rate"] else 0),
-                                             ("drop_rate", {"*": opts["drop_rate"]} if opts["drop_rate"] else 0)) if v}
-        if opts["channel"] == "rt" and helpdesk_faults:
-            raise CommandError("--latency-ms, --error-rate, --drop-rate are the sandbox's: not with --channel rt")
-        if opts["channel"] == "rt" and opts["sandbox_keys"]:
-            raise CommandError("--sandbox-keys: with --channel rt there is no sandbox, and RT never honours keys")
-        keys = f"sandbox keys {opts['sandbox_keys'] or 'honor'}"
-        if opts["channel"] == "rt":
-            keys = "RT: keys never honoured"
+        faults = _faults_checked(opts)
+        helpdesk_faults = _helpdesk_faults(opts)
+        keys = ("RT: keys never honoured" if opts["channel"] == "rt"
+                else f"sandbox keys {opts['sandbox_keys'] or 'honor'}")
         playbook = Path(opts["playbook"]) if opts["playbook"] else None
         if playbook is not None and not playbook.is_file():
             raise CommandError(f"--playbook {opts['playbook']}: no such file")
-        executor = MigrationExecutor(connection)
-        unapplied = executor.migration_plan(executor.loader.graph.leaf_nodes())
-        if unapplied:
-            raise CommandError(f"the database ({connection.settings_dict['NAME']}) lacks {len(unapplied)} "
-                               f"migrations: run `python manage.py migrate` on it first (DATABASE_URL)")
+        _migrated_or_refuse()
         seed = opts["seed"] if opts["seed"] is not None else random.randrange(1_000_000)
         self.stdout.write(f"kill test: seed {seed}, {opts['rounds']} rounds x {opts['items']} items x "
                           f"{opts['workers']} workers x {opts['threads']} threads, {keys}, channel {opts['channel']}, "
@@ -125,3 +102,41 @@ class Command(BaseCommand):
             self.stdout.write(f"  problem: {problem}")
         if not report.ok:
             sys.exit(1)
+
+
+def _faults_checked(opts) -> set[str]:
+    """The faults asked for, once the numbers are checked (CommandError: one out of its range)."""
+    for name in ("rounds", "items", "workers", "threads"):
+        if opts[name] < 1:
+            raise CommandError(f"--{name} must be at least 1")
+    faults = {f.strip() for f in opts["faults"].split(",") if f.strip()}
+    unknown = faults - set(FAULTS)
+    if unknown:
+        raise CommandError(f"--faults: unknown fault(s) {', '.join(sorted(unknown))}; use {', '.join(FAULTS)}")
+    if opts["fault_seconds"] <= float(FAST_ENV["LEASE_SECONDS"]):
+        raise CommandError(f"--fault-seconds {opts['fault_seconds']} must outlast the lease "
+                           f"(LEASE_SECONDS={FAST_ENV['LEASE_SECONDS']} s)")
+    for share in ("gateway_share", "read_faults"):
+        if not 0.0 <= opts[share] <= 1.0:
+            raise CommandError(f"--{share.replace('_', '-')} {opts[share]} must be between 0 and 1")
+    return faults
+
+
+def _helpdesk_faults(opts) -> dict:
+    """The sandbox's faults asked for (CommandError: with --channel rt, which has no sandbox)."""
+    helpdesk_faults = {k: v for k, v in (("latency_ms", opts["latency_ms"]),
+                                         ("error_rate", {"*": opts["error_rate"]} if opts["error_rate"] else 0),
+                                         ("drop_rate", {"*": opts["drop_rate"]} if opts["drop_rate"] else 0)) if v}
+    if opts["channel"] == "rt" and helpdesk_faults:
+        raise CommandError("--latency-ms, --error-rate, --drop-rate are the sandbox's: not with --channel rt")
+    if opts["channel"] == "rt" and opts["sandbox_keys"]:
+        raise CommandError("--sandbox-keys: with --channel rt there is no sandbox, and RT never honours keys")
+    return helpdesk_faults
+
+
+def _migrated_or_refuse() -> None:
+    executor = MigrationExecutor(connection)
+    unapplied = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if unapplied:
+        raise CommandError(f"the database ({connection.settings_dict['NAME']}) lacks {len(unapplied)} "
+                           f"migrations: run `python manage.py migrate` on it first (DATABASE_URL)")

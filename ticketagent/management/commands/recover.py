@@ -2,8 +2,8 @@
 
 from django.core.management.base import BaseCommand
 
-from ticketagent.db_sessions import session_limits
-from ticketagent.recovery import recover_loop, recover_once
+from ticketagent.scheduling.db_sessions import session_limits
+from ticketagent.scheduling.recovery import recover_loop, recover_once
 
 
 class Command(BaseCommand):

@@ -9,12 +9,12 @@ from django.core.management.base import BaseCommand
 from django.db import connections
 
 import ticketagent.pipeline.run  # noqa: F401 - the job's code, loaded once before any fork
-from ticketagent import jobs
 from ticketagent.channels.identity import Helpdesk, IdentityUnknown
 from ticketagent.channels.served import helpdesk_served
-from ticketagent.db_sessions import session_limits
 from ticketagent.pipeline.binding import tasks_not_served
-from ticketagent.recovery import recover_once
+from ticketagent.scheduling import jobs
+from ticketagent.scheduling.db_sessions import session_limits
+from ticketagent.scheduling.recovery import recover_once
 
 # rq's worker key expires WORKER_TTL (+60) seconds after the last heartbeat; an idle
 # worker heartbeats every WORKER_TTL - 15 s (rq's default TTL, 420 s, would let a
@@ -47,14 +47,14 @@ class Command(BaseCommand):
         except Exception as exc:  # noqa: BLE001 - the worker still starts; the sweep loop retries
             self.stderr.write(f"recovery at start failed: {exc}")
         fork = settings.WORKER_FORK if fork is None else fork
-        # rq's worker classes with a command channel that is checked and rebuilt (ticketagent/rqworker.py)
+        # rq's worker classes with a command channel that is checked and rebuilt (ticketagent/scheduling/rqworker.py)
         kwargs = {"burst": burst, "with_scheduler": with_scheduler, "worker_ttl": WORKER_TTL,
-                  "worker_class": "ticketagent.rqworker.Worker"}
+                  "worker_class": "ticketagent.scheduling.rqworker.Worker"}
         if not fork:
             # One process runs every job: its database connection is kept
-            # between jobs (each job health-checks it first, ticketagent.jobs)
+            # between jobs (each job health-checks it first, ticketagent.scheduling.jobs)
             # instead of a connection and a fork per job.
-            kwargs["worker_class"] = "ticketagent.rqworker.SimpleWorker"
+            kwargs["worker_class"] = "ticketagent.scheduling.rqworker.SimpleWorker"
             for conn in connections.all():
                 if not conn.settings_dict.get("CONN_MAX_AGE"):
                     conn.settings_dict["CONN_MAX_AGE"] = None

@@ -1,10 +1,10 @@
-"""The RQ job (`ticketagent.jobs.JOB_FUNCTION`): one attempt of an item, and what scheduling does around it.
+"""The RQ job (`ticketagent.scheduling.jobs.JOB_FUNCTION`): one attempt of an item, and what scheduling does around it.
 
 The pipeline runs the item (`pipeline.run.item_process`) and knows nothing of
 the queue; this module is where the two meet: the worker's database
 connection kept between jobs, and, once an item stops waiting for an
 answer, its answered unknowns settled at once. (The task's window is topped
-up when an item's lease commits: `ticketagent.window` listens to
+up when an item's lease commits: `ticketagent.scheduling.window` listens to
 `signals.item_started`.)
 """
 
@@ -15,7 +15,8 @@ import time
 from django.db import close_old_connections, connection
 
 from ticketagent.pipeline.run import item_process
-from ticketagent.recovery import item_settle_unknowns
+from ticketagent.scheduling.django_connection import connection_mark_checked
+from ticketagent.scheduling.recovery import item_settle_unknowns
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def process_item(item_id: int, attempt: int) -> str:
     close_old_connections()
     clean_end = getattr(_last, "clean_end", 0.0)
     if connection.connection is not None and time.monotonic() - clean_end < FRESH_CONNECTION_SECONDS:
-        connection.health_check_done = True
+        connection_mark_checked()
     _last.clean_end = 0.0
     try:
         outcome = item_process(item_id=item_id, attempt=attempt)

@@ -10,7 +10,7 @@ worker start:
 3. queued items whose RQ job vanished (FLUSHALL, Redis restart) or ended
    without taking the item: enqueue again;
 4. every active task's window of jobs in Redis: topped up from the items
-   waiting in the database (`ticketagent.window`);
+   waiting in the database (`ticketagent.scheduling.window`);
 5. active tasks with nothing left to run: close them.
 """
 
@@ -30,14 +30,14 @@ from ledger.channels import lookup_channel_names
 from ledger.clock import db_now
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile, reconcile_not_before
-from ticketagent import jobs
 from ticketagent.eventlog.append import events_append
 from ticketagent.health import health_numbers_refresh
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import item_take_over
+from ticketagent.scheduling import jobs
+from ticketagent.scheduling.window import windows_refill
 from ticketagent.services.items import item_continue, items_requeue
 from ticketagent.services.tasks import task_finish_if_idle, task_locked
-from ticketagent.window import windows_refill
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from django.dispatch import receiver
 from django.utils import timezone
 from rq import Worker
 
-from ticketagent import jobs
 from ticketagent.models import ACTIVE_TASK_STATUSES, Item, ItemStatus, Task
+from ticketagent.scheduling import jobs
 from ticketagent.signals import item_started, items_runnable, task_stopping
 
 log = logging.getLogger(__name__)

@@ -115,6 +115,6 @@ def session_limits(role: str) -> None:
     from django.db import connections
 
     _ROLE[:] = [role]
-    connection_created.connect(_apply, dispatch_uid="ticketagent.db_sessions")
+    connection_created.connect(_apply, dispatch_uid="ticketagent.scheduling.db_sessions")
     for conn in connections.all():
         conn.close()

@@ -10,7 +10,19 @@ worker's own channel every ``WORKER_COMMAND_CHECK_SECONDS``; when the probe
 does not come back through the subscription within the check's timeout, it
 closes the subscription and subscribes again on a new connection, one with
 connect and read timeouts and TCP keepalives so a reconnect cannot hang.
+
+rq's hooks: everything here overrides rq's public worker methods
+(`subscribe`, `unsubscribe`, `handle_payload`, `register_birth`,
+`register_death`, `handle_warm_shutdown_request`, `work`, `heartbeat`,
+`set_state`, `dequeue_job_and_maintain_ttl`, `execute_job`, `teardown`,
+`request_force_stop`) and calls `perform_job` and `prepare_execution` as rq
+does, but for one private method: `SimpleWorker._shutdown`. rq offers no
+hook for a stop to take effect at once while jobs still run: its
+`_shutdown` waits for a busy worker's job, and the in-process worker's main
+thread is not the one running them (it would go on waiting for the next
+job), so there the stop raises `StopRequested` in the main thread at once.
 """
+
 
 from __future__ import annotations
 
@@ -35,8 +47,8 @@ from rq.worker import Worker as RQWorker
 from rq.worker import WorkerStatus
 
 from ticketagent.channels.served import helpdesk_known
+from ticketagent.scheduling.worker_name import take_name
 from ticketagent.stopping import process_stop
-from ticketagent.worker_name import take_name
 
 PROBE_COMMAND = "ticketagent-probe"  # rq's handle_command ignores commands it does not know
 
@@ -248,10 +260,10 @@ class StopNoted:
     supervisor's grace runs out (`make run`, systemd). Noted first, the stop
     holds either way: the work loop ends before its next job."""
 
-    def _shutdown(self):
+    def handle_warm_shutdown_request(self):
         self._stop_requested = True
         process_stop()  # items in flight hand themselves back before their next model call
-        super()._shutdown()
+        super().handle_warm_shutdown_request()
 
 
 class Worker(SignOfLife, StopNoted, CommandChannelWatchdog, RQWorker):
@@ -416,10 +428,9 @@ class SimpleWorker(SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker
         return taken
 
     def _shutdown(self):
-        """A stop takes effect at once in the main thread, busy threads or not: no job more is taken, and the
-        items in flight hand themselves back before their next model call (`ticketagent.stopping`)."""
-        self._stop_requested = True
-        process_stop()
+        """A stop takes effect at once in the main thread, busy threads or not: no job more is taken (noted,
+        and the items in flight told, by `StopNoted`; rq has no public hook for this part, see the module's
+        docstring)."""
         self.set_shutdown_requested_date()
         raise StopRequested()
 

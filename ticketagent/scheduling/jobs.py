@@ -1,14 +1,14 @@
 """The queue: RQ transport for items (job ids, enqueueing, withdrawing); the database stays the truth.
 
 Job ids are deterministic (`item-<pk>-a<attempt>`). An item's attempt is
-sent to Redis once, when the task's window takes it (`ticketagent.window`
+sent to Redis once, when the task's window takes it (`ticketagent.scheduling.window`
 marks it `enqueued_at` in the same statement that picks it); jobs go out in
 two round trips whatever their number (which ids exist already, then the
 new ones in one pipeline), so an attempt still queues one job even if it is
 sent twice (rq's own `unique=True` is one round trip a job). A job that runs twice
 anyway is harmless: the item's lease admits one worker and its checkpoint
 and the ledger skip what was done. The job itself is
-`ticketagent.runner.process_item`, named here by its path: the
+`ticketagent.scheduling.runner.process_item`, named here by its path: the
 transport does not import the worker's code.
 """
 
@@ -24,7 +24,7 @@ from ticketagent.models import FINAL_TASK_STATUSES, Task
 log = logging.getLogger(__name__)
 
 
-JOB_FUNCTION = "ticketagent.runner.process_item"
+JOB_FUNCTION = "ticketagent.scheduling.runner.process_item"
 
 
 def job_id(item_id: int, attempt: int) -> str:

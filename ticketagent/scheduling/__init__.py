@@ -1,0 +1,1 @@
+"""Scheduling: the queue, the jobs, the workers, the task windows, recovery and stopping."""
