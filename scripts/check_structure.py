@@ -21,8 +21,8 @@ And the architecture's never-rules (`docs/design.md`, "Layers"):
 * the pipeline and the services import nothing of scheduling
   (``ticketagent.jobs``, ``window``, ``recovery``, ``runner``, ``rqworker``)
   nor rq / django_rq / redis: they tell it by signals;
-* the gate's public surface is its three calls (plus ``intent_prepare``
-  and ``effect_run``, the three in a row); no ledger function takes a
+* the gate's public surface is its three calls (plus ``intent_prepare``,
+  which builds the intent); no ledger function takes a
   callable; the names of the folded protocol (``Fence``, ``Rider``,
   ``effect_call``, ``outcome_fence``, ``fold``) are defined nowhere;
 * ``ledger.statements`` (the ledger's hand-written SQL) is imported only
@@ -236,7 +236,7 @@ def cycles(modules: dict[str, Module]) -> list[list[str]]:
 SCHEDULING = ("ticketagent.jobs", "ticketagent.window", "ticketagent.recovery", "ticketagent.runner",
               "ticketagent.rqworker")
 QUEUE_LIBRARIES = ("rq", "django_rq", "redis")
-GATE_SURFACE = {"intent_prepare", "intent_record", "effect_perform", "outcome_record", "effect_run"}
+GATE_SURFACE = {"intent_prepare", "intent_record", "effect_perform", "outcome_record"}
 GONE = {"Fence", "Rider", "effect_call", "outcome_fence", "fold", "intent_commit", "lease_fence"}
 PIPELINE_STATEMENTS = "ticketagent.pipeline.statements"  # the pipeline's one module of SQL
 

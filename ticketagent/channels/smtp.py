@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.mail import BadHeaderError, EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
 
-from ledger.channels.base import Abilities, CallResult, Cause, Channel, current_deadline
+from ledger.channels.base import Abilities, CallDeadline, CallResult, Cause, Channel
 from ledger.models import EffectState
 
 CONNECT_TRIES = 3  # a mail server that cannot be reached: tried again after 0.5, 1 s
@@ -34,7 +34,11 @@ def _last_line_checked(cls):
     with that line, so until it leaves nothing is delivered."""
 
     class DeadlineSMTP(cls):
+        call_deadline: CallDeadline | None = None  # the call's, set once connected (`EmailChannel.perform`)
+
         def data(self, msg):
+            if self.call_deadline is None:
+                raise TypeError("a message is sent only under the caller's deadline (perform's `deadline`)")
             self.putcmd("data")
             code, reply = self.getreply()
             if code != 354:
@@ -45,8 +49,8 @@ def _last_line_checked(cls):
             if quoted[-2:] != smtplib.bCRLF:
                 quoted += smtplib.bCRLF
             self.send(quoted)
-            current_deadline().room_to_send(float(self.timeout or 0), "the message's end of data")
-            current_deadline().writes_sent += 1
+            self.call_deadline.room_to_send(float(self.timeout or 0), "the message's end of data")
+            self.call_deadline.writes_sent += 1
             self.send(b"." + smtplib.bCRLF)
             return self.getreply()
 
@@ -75,7 +79,7 @@ class EmailChannel(Channel):
     def max_call_seconds(self) -> float:
         return float(settings.EMAIL_TIMEOUT) * 2
 
-    def perform(self, spec, payload, key):
+    def perform(self, spec, payload, key, deadline):
         body = payload["body"]
         message = EmailMessage(
             subject=body["subject"], body=body["body"], from_email=settings.DEFAULT_FROM_EMAIL,
@@ -89,9 +93,11 @@ class EmailChannel(Channel):
         connection = get_connection(fail_silently=False, timeout=settings.EMAIL_TIMEOUT)
         if isinstance(connection, SMTPBackend):
             connection.__class__ = _DeadlineBackend
-        error, cause = self._open(connection)
+        error, cause = self._open(connection, deadline)
         if error:
             return CallResult(EffectState.FAILED, error=f"could not connect to the mail server: {error}", cause=cause)
+        if isinstance(connection, _DeadlineBackend):
+            connection.connection.call_deadline = deadline
         try:
             connection.send_messages([message])
         except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as exc:
@@ -111,14 +117,14 @@ class EmailChannel(Channel):
                 pass
         return CallResult(EffectState.COMMITTED, external_ref=f"<{key}@{settings.MESSAGE_ID_DOMAIN}>", answered=True)
 
-    def _open(self, connection) -> tuple[str, str]:
+    def _open(self, connection, deadline: CallDeadline) -> tuple[str, str]:
         """Open the connection, tried again with back-off while the deadline
         leaves room for the message: ("", "") once open, else the last error
         and its cause. A server that answered (its greeting or the login
         refused: a reply code, no AUTH offered) is not asked again."""
         pause = 0.5
         for tries in range(1, CONNECT_TRIES + 1):
-            current_deadline().room_to_send(self.max_call_seconds, "the message")
+            deadline.room_to_send(self.max_call_seconds, "the message")
             try:
                 connection.open()
                 return "", ""
@@ -127,7 +133,7 @@ class EmailChannel(Channel):
             except smtplib.SMTPNotSupportedError as exc:  # the settings ask for what the server does not offer
                 return f"{exc}", Cause.REFUSED
             except OSError as exc:
-                if tries == CONNECT_TRIES or current_deadline().time_left() < pause + self.max_call_seconds:
+                if tries == CONNECT_TRIES or deadline.time_left() < pause + self.max_call_seconds:
                     return f"{exc} ({tries} tries)", Cause.UNAVAILABLE
                 time.sleep(pause)
                 pause *= 2
