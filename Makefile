@@ -16,7 +16,8 @@
 #   make mutation     cosmic-ray over ledger/gate.py, ledger/statements.py and ledger/services.py
 #                     (long: run it in the background; docs/testing.md)
 #   make lint         ruff check . and make structure
-#   make structure    module and function sizes, private imports, import cycles
+#   make structure    module and function sizes, private imports, import cycles,
+#                     "never twice" end to end in <= 800 lines (scripts/reading_order.py)
 #   make worker | sweep | sandbox | bench      one piece at a time (the Procfile's
 #                     names; `make recover` is `make sweep`)
 #   make clean        remove var/ (the private PostgreSQL's data, logs; not the
@@ -100,6 +101,7 @@ lint: $(DEV_STAMP)
 
 structure:
 	python3 scripts/check_structure.py
+	python3 scripts/reading_order.py
 
 worker: $(STAMP)
 	$(PY) scripts/run.py manage worker
