@@ -17,7 +17,8 @@
 #                     (long: run it in the background; docs/testing.md)
 #   make lint         ruff check . and make structure
 #   make structure    module and function sizes and complexity, private imports, import cycles
-#                     (modules and packages), writes to libraries' objects outside their adapters
+#                     (modules and packages), writes to libraries' objects outside their adapters,
+#                     "never twice" end to end in <= 800 lines (scripts/reading_order.py)
 #   make worker | sweep | sandbox | bench      one piece at a time (the Procfile's
 #                     names; `make recover` is `make sweep`)
 #   make clean        remove var/ (the private PostgreSQL's data, logs; not the
@@ -101,6 +102,7 @@ lint: $(DEV_STAMP)
 
 structure:
 	python3 scripts/check_structure.py
+	python3 scripts/reading_order.py
 
 worker: $(STAMP)
 	$(PY) scripts/run.py manage worker

@@ -6,8 +6,11 @@
                                      them (retried if it provably did not
                                      happen, else a blocked duplicate or
                                      conflict, recorded as a row);
-    effect_perform(intent, effect)   with no transaction open: the channel's
-                                     call, the key passed downstream;
+    effect_perform(intent, effect, deadline=...)
+                                     with no transaction open: the channel's
+                                     call, the key passed downstream, the
+                                     caller's deadline (its claim known valid
+                                     until then) asked before it leaves;
     outcome_record(intent, effect, result)
                                      inside the caller's transaction: the
                                      outcome, only if the row is still this
@@ -20,8 +23,7 @@ recovery point) sit beside the first and the third call in its own
 
 A crash between the calls leaves an `intent` row; recovery turns it into
 `unknown` and reconcile or review resolves it. Nothing is ever retried on a
-guess. `effect_run` is the three calls in a row, each in a transaction of
-its own, for a caller with nothing of its own to write.
+guess.
 """
 
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from django.utils import timezone
 
 from ledger.actions import action_spec
 from ledger.channels import get_channel
-from ledger.channels.base import CallResult, Channel, Expired, LookupResult, call_deadline, committed, unknown
+from ledger.channels.base import CallDeadline, CallResult, Channel, Expired, LookupResult, committed, unknown
 from ledger.clock import SETTLE_MARGIN_SECONDS
 from ledger.faults import crash_point
 from ledger.keys import Intent
@@ -55,18 +57,6 @@ class Recorded:
 
     effect: Effect
     blocked: str = ""  # "", "duplicate" (the key is taken) or "conflict" (the slot is, by another payload)
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """What `effect_run` did. `blocked`: "", "duplicate", "conflict", "expired" (the deadline came
-    before the request could leave: nothing sent, the row still `intent`) or "not ours" (the row
-    stopped being this caller's attempt while it called)."""
-
-    effect: Effect
-    state: str
-    called: bool = False
-    blocked: str = ""
 
 
 def intent_prepare(*, action: str, payload: dict, owner_task: str, owner_item: str, owner_step: str,
@@ -189,16 +179,17 @@ def _record_blocked(existing: Effect, kind: str, intent: Intent) -> None:
 # --- 2. the call -----------------------------------------------------------------------------
 
 
-def effect_perform(intent: Intent, effect: Effect, *, deadline: float | None = None,
+def effect_perform(intent: Intent, effect: Effect, *, deadline: float,
                    channel: Channel | None = None) -> CallResult | None:
     """With no transaction open, once the intent has committed: the channel's
     call. None when `deadline` (monotonic seconds: when the caller's claim may
-    end) came before any request could leave -- nothing was sent, the row is
-    still `intent`, and the caller hands its work back.
+    end; required) came before any request could leave -- nothing was sent,
+    the row is still `intent`, and the caller hands its work back.
 
-    A channel asks the deadline right before a request's bytes leave
-    (`CallDeadline.room_to_send`). A retry (attempt > 1) on a channel with a
-    look-up looks the key up first and does not write if it is found: on a
+    The gate asks the deadline for the channel's longest call before anything
+    leaves, and passes it to `perform(…, deadline)`, whose channel asks it
+    again right before each request's bytes leave (`CallDeadline.room_to_send`).
+    A retry (attempt > 1) on a channel with a look-up looks the key up first and does not write if it is found: on a
     system that ignores keys a late write of an earlier attempt and this one
     cannot both land (unless they fall within the look-up's own round trip).
     Attempts share what they know: when that look-up could not tell and the
@@ -207,21 +198,20 @@ def effect_perform(intent: Intent, effect: Effect, *, deadline: float | None = N
     if _in_transaction():
         raise TransactionMisuse("effect_perform runs with no transaction open: the intent must be committed "
                                 "before the call, and no lock may be held during it")
+    call, seen = CallDeadline(deadline), None  # no deadline: a TypeError, nothing called
     crash_point("after_intent")
     channel = channel or get_channel(intent.spec.channel)
-    seen = None
-    with call_deadline(deadline) as call:
-        try:
-            if effect.attempts > 1 and channel.supports_lookup:
-                call.room_to_send(channel.max_call_seconds, "the look-up before a retry")
-                seen = channel.lookup(intent.key, intent.payload)
-                if seen.found:
-                    return committed(seen.external_ref or f"found before retrying: {seen.detail}")
-            result = channel.perform(intent.spec, intent.payload, intent.key)
-        except Expired as exc:
-            if not call.writes_sent:
-                return None
-            result = unknown(f"{exc} (after {call.writes_sent} write(s) of this action had left)", answered=False)
+    try:
+        call.room_to_send(channel.max_call_seconds, "the call")  # (and the look-up before a retry)
+        if effect.attempts > 1 and channel.supports_lookup:
+            seen = channel.lookup(intent.key, intent.payload)
+            if seen.found:
+                return committed(seen.external_ref or f"found before retrying: {seen.detail}")
+        result = channel.perform(intent.spec, intent.payload, intent.key, call)
+    except Expired as exc:
+        if not call.writes_sent:
+            return None
+        result = unknown(f"{exc} (after {call.writes_sent} write(s) of this action had left)", answered=False)
     crash_point("after_call")
     if result.state == EffectState.FAILED and seen is not None and seen.found is None \
             and effect.verdict == Verdict.NOT_HAPPENED:
@@ -264,25 +254,3 @@ def outcome_record(intent: Intent, effect: Effect, result: CallResult) -> bool:
                         note=f"the caller's token saw {result.state}: {result.error or result.external_ref}",
                         from_state=effect.state)
     return False
-
-
-# --- the three in a row ----------------------------------------------------------------------
-
-
-def effect_run(*, action: str, payload: dict, owner_task: str, owner_item: str, owner_step: str, claim_token: str,
-               authorized_by: str = "", channel: Channel | None = None, deadline: float | None = None) -> GateResult:
-    """The three calls, each in a transaction of its own: for a caller with
-    no claim to check and no recovery point to write beside them."""
-    intent = intent_prepare(action=action, payload=payload, owner_task=owner_task, owner_item=owner_item,
-                            owner_step=owner_step, claim_token=claim_token, authorized_by=authorized_by)
-    with transaction.atomic():
-        recorded = intent_record(intent)
-    effect = recorded.effect
-    if recorded.blocked:
-        return GateResult(effect=effect, state=effect.state, blocked=recorded.blocked)
-    result = effect_perform(intent, effect, deadline=deadline, channel=channel)
-    if result is None:
-        return GateResult(effect=effect, state=effect.state, blocked="expired")
-    with transaction.atomic():
-        ours = outcome_record(intent, effect, result)
-    return GateResult(effect=effect, state=effect.state, called=True, blocked="" if ours else "not ours")

@@ -19,7 +19,7 @@ class Found(NamedTuple):
 
 SCHEDULING = ("ticketagent.scheduling",)
 QUEUE_LIBRARIES = ("rq", "django_rq", "redis")
-GATE_SURFACE = {"intent_prepare", "intent_record", "effect_perform", "outcome_record", "effect_run"}
+GATE_SURFACE = {"intent_prepare", "intent_record", "effect_perform", "outcome_record"}
 GONE = {"Fence", "Rider", "effect_call", "outcome_fence", "fold", "intent_commit", "lease_fence"}
 PIPELINE_STATEMENTS = "ticketagent.pipeline.statements"  # the pipeline's one module of SQL
 

@@ -32,8 +32,8 @@ And the architecture's never-rules (`docs/design.md`, "Layers"):
 * the pipeline and the services import nothing of scheduling
   (``ticketagent.scheduling``) nor rq / django_rq / redis: they tell it by
   signals;
-* the gate's public surface is its three calls (plus ``intent_prepare``
-  and ``effect_run``, the three in a row); no ledger function takes a
+* the gate's public surface is its three calls (plus ``intent_prepare``,
+  which builds the intent); no ledger function takes a
   callable; the names of the folded protocol (``Fence``, ``Rider``,
   ``effect_call``, ``outcome_fence``, ``fold``) are defined nowhere;
 * ``ledger.statements`` (the ledger's hand-written SQL) is imported only

@@ -49,6 +49,19 @@ def chosen_actions(outputs: dict) -> list[str]:
     return list(outputs["decide"]["actions"])
 
 
+def steps_ahead(after: int, outputs: dict, steps: tuple[Step, ...] = STEPS) -> tuple[list, int | None]:
+    """From the step at `after` on (of the item's `steps`): the effect steps the
+    decision did not choose up to the next step that runs (recorded as skipped
+    with the current recovery point), and that step's index (None: the item's end)."""
+    skipped = []
+    for index in range(after, len(steps)):
+        step = steps[index]
+        if step.kind == "model" or step.name in chosen_actions(outputs):
+            return skipped, index
+        skipped.append((step.name, dict(NOT_CHOSEN)))
+    return skipped, None
+
+
 def effect_holds(outputs: dict, *, allow_auto_close: bool) -> dict[str, str]:
     """The actions that wait for a person's approval, and why: those the rules or a failed reply check
     held, and `close_ticket` (irreversible) unless the task allows an automatic close."""

@@ -3,9 +3,11 @@
 A channel is one system the agent acts on (a helpdesk, email). Every
 adapter implements the same two operations:
 
-* `perform(spec, payload, key) -> CallResult`: make the call for one action,
-  with the effect's idempotency key carried the way the system keeps it (a
-  header, a custom field, audit metadata, a marker in the content). The
+* `perform(spec, payload, key, deadline) -> CallResult`: make the call for
+  one action, with the effect's idempotency key carried the way the system
+  keeps it (a header, a custom field, audit metadata, a marker in the
+  content), asking `deadline` (a `CallDeadline`) right before each request
+  leaves (`ledger.channels.http` does, for every write it sends). The
   outcome is classified strictly:
     committed - the system said yes;
     failed    - the answer proves nothing happened (the request never left
@@ -27,9 +29,7 @@ Effect classes page. Adapters hold no state between calls beyond their
 configuration, and never open a database transaction.
 """
 
-import contextvars
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ledger.actions import ActionSpec
@@ -100,43 +100,33 @@ class Expired(Exception):
 class CallDeadline:
     """The time (monotonic) by which a call must have ended, and what it sent so far.
 
-    The gate opens one around each `perform()` (`call_deadline`); a channel
-    asks `room_to_send(wait)` right before a request's bytes leave and
-    stops with `Expired` when the answer could not come back in time -- the
-    caller's lease would end first. `writes_sent` tells the gate whether an
-    `Expired` call left anything behind (an action made of several writes)."""
+    The gate makes one for each `perform()`, from the caller's deadline (its
+    lease, known valid until then), and passes it; a call without one is an
+    error. A channel asks `room_to_send(wait)` right before a request's bytes
+    leave and stops with `Expired` when the answer could not come back in
+    time -- the caller's lease would end first. `writes_sent` tells the gate
+    whether an `Expired` call left anything behind (an action made of
+    several writes)."""
 
-    def __init__(self, deadline: float | None):
-        self.deadline = deadline
+    def __init__(self, deadline: float):
+        if not isinstance(deadline, int | float):
+            raise TypeError(f"a call's deadline is a monotonic time in seconds, not {deadline!r}")
+        self.deadline = float(deadline)
         self.writes_sent = 0
 
+    @classmethod
+    def within(cls, seconds: float) -> "CallDeadline":
+        """A deadline `seconds` from now (a caller with no lease of its own: a test, a bench, a read)."""
+        return cls(time.monotonic() + seconds)
+
     def time_left(self) -> float:
-        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+        return self.deadline - time.monotonic()
 
     def room_to_send(self, wait: float, what: str = "the request") -> None:
         left = self.time_left()
         if left < wait:
             raise Expired(f"{what} not sent: {max(left, 0):.1f} s left of the caller's claim, "
                           f"the answer may take {wait:.1f} s")
-
-
-_DEADLINE: contextvars.ContextVar[CallDeadline | None] = contextvars.ContextVar("call_deadline", default=None)
-
-
-def current_deadline() -> CallDeadline:
-    """The deadline of the call in progress (`call_deadline`); outside one, none."""
-    return _DEADLINE.get() or CallDeadline(None)
-
-
-@contextmanager
-def call_deadline(deadline: float | None):
-    """Within: `current_deadline()` is a fresh `CallDeadline(deadline)`."""
-    state = CallDeadline(deadline)
-    reset = _DEADLINE.set(state)
-    try:
-        yield state
-    finally:
-        _DEADLINE.reset(reset)
 
 
 class ChannelError(Exception):
@@ -168,7 +158,7 @@ class Channel:
         "not found" only this long after the call's end."""
         return 0.0
 
-    def perform(self, spec: ActionSpec, payload: dict, key: str) -> CallResult:
+    def perform(self, spec: ActionSpec, payload: dict, key: str, deadline: CallDeadline) -> CallResult:
         raise NotImplementedError
 
     def lookup(self, key: str, payload: dict) -> LookupResult:

@@ -9,8 +9,9 @@ can land later). The write's outcome then follows from which one it was
 (`write_outcome()`, `call()`).
 
 A connection that cannot be opened is tried again with back-off (nothing
-left this process), for as long as the caller's deadline leaves room for
-the answer (`ledger.channels.base.CallDeadline`); the deadline is asked
+left this process), for as long as the caller's deadline (`deadline=`, a
+`ledger.channels.base.CallDeadline`: required for a write) leaves room for
+the answer; the deadline is asked
 once more right before the request's bytes leave, and `Expired` raised when
 it has passed -- the last check before the point of no return. From then
 on the request and its whole answer are bounded together, by the read
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from urllib.parse import urlsplit
 
-from ledger.channels.base import CallResult, Cause, committed, current_deadline, failed, unknown
+from ledger.channels.base import CallDeadline, CallResult, Cause, committed, failed, unknown
 
 CONNECT_TRIES = 4  # a connection refused or timed out: tried again after 0.2, 0.4, 0.8 s
 CONNECT_BACKOFF_SECONDS = 0.2
@@ -133,10 +134,9 @@ class HttpClient:
         conn.sock.settimeout(self.read_timeout)
         return conn
 
-    def _connect_with_retries(self, what: str) -> http.client.HTTPConnection:
+    def _connect_with_retries(self, what: str, deadline: CallDeadline) -> http.client.HTTPConnection:
         """A connection, tried again with back-off while the deadline leaves
         room for a connect and the answer; `NotSent` when none opened."""
-        deadline = current_deadline()
         pause = CONNECT_BACKOFF_SECONDS
         for tries in range(1, CONNECT_TRIES + 1):
             deadline.room_to_send(self.connect_timeout + self.read_timeout, what)
@@ -155,25 +155,28 @@ class HttpClient:
             headers["Authorization"] = self.auth
         return {**headers, **(extra or {})}
 
-    def request(self, method: str, path: str, body=None, headers: dict | None = None) -> Answer:
-        """`path` is appended to the base URL's path; a dict or list body is sent as JSON."""
+    def request(self, method: str, path: str, body=None, headers: dict | None = None, *,
+                deadline: CallDeadline | None = None) -> Answer:
+        """`path` is appended to the base URL's path; a dict or list body is sent as JSON. A write is sent only
+        under the caller's `deadline`; a read without one is bounded by the timeouts alone."""
+        what = f"{method} {path.split('?')[0]}"
+        if deadline is None:
+            if method in WRITE_METHODS:
+                raise TypeError(f"{what}: a write is sent only under the caller's deadline (perform's `deadline`)")
+            deadline = CallDeadline(float("inf"))
         data = None
         extra = dict(headers or {})
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             extra.setdefault("Content-Type", "application/json")
-        what = f"{method} {path.split('?')[0]}"
-        conn = self._connect_with_retries(what)
+        conn = self._connect_with_retries(what, deadline)
         try:
-            deadline = current_deadline()
             # the last check before the request's bytes leave (raises Expired)
             deadline.room_to_send(self.read_timeout, what)
             if method in WRITE_METHODS:
                 deadline.writes_sent += 1
             # the request and its whole answer, by the read timeout (within the caller's deadline, checked above)
-            ends_at = time.monotonic() + self.read_timeout
-            if deadline.deadline is not None:
-                ends_at = min(ends_at, deadline.deadline)
+            ends_at = min(time.monotonic() + self.read_timeout, deadline.deadline)
             conn.sock.settimeout(max(ends_at - time.monotonic(), 0.001))  # all of a send, since Python 3.5
             conn.response_class = partial(_ResponseBy, ends_at=ends_at, bound=self.read_timeout)
             try:
@@ -215,10 +218,12 @@ def write_outcome(answer: Answer, *, system: str, ref: str = "") -> CallResult:
                    answered=answer.status < 500, cause=Cause.UNAVAILABLE)
 
 
-def call(client: HttpClient, method: str, path: str, body=None, *, headers: dict | None = None):
-    """One write: the `Answer`, or the CallResult that ends it when no answer came."""
+def call(client: HttpClient, method: str, path: str, body=None, *, headers: dict | None = None,
+         deadline: CallDeadline):
+    """One write under the caller's `deadline`: the `Answer`, or the CallResult that ends it when no answer
+    came."""
     try:
-        return client.request(method, path, body, headers)
+        return client.request(method, path, body, headers, deadline=deadline)
     except NotSent as exc:
         return failed(str(exc), answered=False, cause=Cause.UNAVAILABLE)
     except AnswerCut as exc:

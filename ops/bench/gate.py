@@ -14,14 +14,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger.actions import ActionSpec
-from ledger.channels.base import CallResult, Channel
-from ledger.gate import effect_perform, effect_run, intent_prepare, intent_record, outcome_record
+from ledger.channels.base import CallDeadline, CallResult, Channel
+from ledger.gate import effect_perform, intent_prepare, intent_record, outcome_record
 from ledger.keys import idempotency_key, payload_hash, summarize
 from ledger.models import Effect, EffectState, EffectTransition
 from ops.bench.profiling import profile_section
 from ops.bench.results import percentile
 from ticketagent.models import Item, ItemStatus, Task, TaskStatus
-from ticketagent.pipeline.lease import ItemRun
+from ticketagent.pipeline.lease import ItemRun, Lease
 from ticketagent.pipeline.phases import phase
 from ticketagent.playbooks.services import version_default
 
@@ -34,7 +34,7 @@ class StubChannel(Channel):
 
     name = "stub"
 
-    def perform(self, spec: ActionSpec, payload: dict, key: str) -> CallResult:
+    def perform(self, spec: ActionSpec, payload: dict, key: str, deadline: CallDeadline) -> CallResult:
         return CallResult(EffectState.COMMITTED, external_ref="stub-1")
 
 
@@ -101,18 +101,25 @@ def _variants(run_id: str, task: Task, items: list[Item]) -> dict[str, Callable[
             cur.execute("UPDATE bench_floor SET state = 'committed', updated_at = %s WHERE id = %s",
                         [timezone.now(), row_id])
 
-    def gate_only(i: int) -> None:
-        effect_run(action="notify_customer", payload=payload(i), owner_task=f"bench-{run_id}",
-                   owner_item=f"g{i}", owner_step="notify_customer", claim_token="bench", channel=stub)
+    def gate_only(i: int) -> None:  # the three calls, each in a transaction of its own, nothing else in them
+        intent = intent_prepare(action="notify_customer", payload=payload(i), owner_task=f"bench-{run_id}",
+                                owner_item=f"g{i}", owner_step="notify_customer", claim_token="bench")
+        with transaction.atomic():
+            effect = intent_record(intent).effect
+        result = effect_perform(intent, effect, deadline=time.monotonic() + 60, channel=stub)
+        with transaction.atomic():
+            outcome_record(intent, effect, result)
 
     def gate_wired(i: int) -> None:
         item = items[i]
-        run = ItemRun(item=item, token="bench-gate", cursor=0, outputs={})  # the three calls as the pipeline makes them
+        # the three calls as the pipeline makes them (`steps.run_effect_step`)
+        run = ItemRun(item=item, token="bench-gate", lease=Lease(item.pk, "bench-gate", time.monotonic()), cursor=0,
+                      outputs={})
         intent = intent_prepare(action="notify_customer", payload=payload(i), owner_task=str(task.pk),
                                 owner_item=str(item.pk), owner_step="notify_customer", claim_token="bench-gate")
         with phase(run):
             effect = intent_record(intent).effect
-        result = effect_perform(intent, effect, channel=stub)
+        result = effect_perform(intent, effect, deadline=run.lease.ensure(stub.max_call_seconds), channel=stub)
         with phase(run):
             outcome_record(intent, effect, result)
 

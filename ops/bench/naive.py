@@ -46,6 +46,7 @@ def naive_item(ticket: dict) -> str:
     from rq import get_current_job
 
     from ledger.actions import action_spec
+    from ledger.channels.base import CallDeadline
     from ticketagent.channels.rest import RestHelpdeskChannel
     from ticketagent.llm.clients import get_model_client
     from ticketagent.plan import effect_payload
@@ -62,7 +63,9 @@ def naive_item(ticket: dict) -> str:
             continue
         payload = effect_payload(step, ticket=ticket, outputs=outputs)
         key = hashlib.sha256(f"naive\x1f{ticket['ticket_id']}\x1f{step}".encode()).hexdigest()
-        results.append(channel.perform(action_spec(step), payload, key).state)
+        # the naive worker has no lease: its call's deadline is only its channel's longest call
+        results.append(channel.perform(action_spec(step), payload, key,
+                                       CallDeadline.within(channel.max_call_seconds)).state)
     job = get_current_job()
     if job is not None:
         job.connection.rpush(DONE_KEY, repr(time.time()))

@@ -57,8 +57,8 @@ def measure(url: str, calls: int, *, busy_threads: int = 1) -> list[float]:
         channel = RestHelpdeskChannel(base_url=url)
         spec = action_spec("save_draft")
         for n in range(calls):
-            with base.call_deadline(time.monotonic() + 30):
-                channel.perform(spec, {"ticket": f"W-{n}", "body": {"body": "window"}}, f"window-{n:06d}")
+            channel.perform(spec, {"ticket": f"W-{n}", "body": {"body": "window"}}, f"window-{n:06d}",
+                            base.CallDeadline.within(30))
     finally:
         base.CallDeadline.room_to_send, http.client.HTTPConnection.send = room_to_send, send
         stop.set()

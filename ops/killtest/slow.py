@@ -31,8 +31,8 @@ from ops.processes import Child
 
 WORKER_FAULTS = ("pause", "pause-aimed", "stall", "stall-aimed", "drop")
 SLOW_FAULTS = (*WORKER_FAULTS, "gateway")
-# The statement that commits the intent of a `once` effect: its row, alone or chained in the previous
-# effect's outcome (the class travels with it, quoted in the text or as a bound parameter).
+# The statement that records the intent of a `once` effect, in the intent's own phase (the class travels
+# with it, quoted in the text or as a bound parameter).
 INTENT_PATTERN = (b'INSERT INTO "ledger_effect"', b"once")
 AIM_PATIENCE = 8.0  # seconds an aimed fault waits for its statement before it is cancelled
 

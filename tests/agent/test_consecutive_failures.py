@@ -83,14 +83,14 @@ def test_a_failure_committed_while_a_success_ends_is_counted_in_the_order_they_f
         finally:
             connection.close()
 
-    def b_fails_meanwhile(run_a, **kwargs):
+    def b_fails_meanwhile(run_a, *args, **kwargs):
         if run_a.item.pk == a.pk and "thread" not in other:
             other["thread"] = threading.Thread(target=b_fails)
             other["thread"].start()
             # B's failure has committed, or waits for a lock A's transaction holds
             wait_for(lambda: not other["thread"].is_alive() or b_waits_for_a_lock(other.get("pid")), timeout=60,
                      message="item B's failure to commit or to wait for item A's end")
-        return real_item_stop(run_a, **kwargs)
+        return real_item_stop(run_a, *args, **kwargs)
 
     monkeypatch.setattr(phases, "item_stop", b_fails_meanwhile)
     assert run(a) == "done"
@@ -109,7 +109,7 @@ def test_a_failure_just_before_an_item_ends_in_its_own_phase_is_ended_by_it(sand
 
     def b_fails_first(run_a):
         assert run(b, RefusingModel()).startswith("failed at triage")
-        real_phase_done(run_a)
+        return real_phase_done(run_a)
 
     monkeypatch.setattr(run_module, "phase_done", b_fails_first)
     assert run(a) == "done"

@@ -1,8 +1,8 @@
 """One effect step is "phase → call → phase": the pipeline crosses into the ledger once per phase
-(`intent_record`, `effect_perform`, `outcome_record`, each once an effect), the call with no transaction
-open; the outcome's phase carries the step's recovery point and the next effect's intent (chained). A
-task paused during a call gets the item back without the next intent; a next intent whose slot is taken
-meanwhile is blocked as a conflict, nothing sent."""
+(`intent_record`, `effect_perform`, `outcome_record`, each once an effect, in that order, before the next
+effect's), the call with no transaction open; the outcome's phase carries the step's recovery point, and
+no intent of another effect. A task paused during a call gets the item back without the next intent; a
+next intent whose slot is taken meanwhile is blocked as a conflict, nothing sent."""
 
 import time
 
@@ -14,7 +14,7 @@ from ledger import gate
 from ledger.models import BlockedDuplicate, Effect, EffectState
 from ticketagent.llm.offline import OfflineModel
 from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.pipeline import phases, steps
+from ticketagent.pipeline import steps
 from ticketagent.pipeline.run import item_process
 from ticketagent.plan import STEP_NAMES, effect_action
 
@@ -26,17 +26,21 @@ CHOSEN = ["save_draft", "notify_customer", "set_status", "escalate"]  # a billin
 
 
 class Crossings:
-    """Every call the pipeline makes into the gate: (name, the effect's step, a transaction open?)."""
+    """Every call the pipeline makes into the gate: (name, the effect's step, a transaction open?), and the
+    transactions they ran in (`txids`: name and step by PostgreSQL's transaction id)."""
 
     def __init__(self, monkeypatch, after_perform=None):
-        self.seen, self.after_perform = [], after_perform
-        for module, name in ((steps, "intent_record"), (phases, "intent_record"), (steps, "effect_perform"),
-                             (steps, "outcome_record")):
+        self.seen, self.txids, self.after_perform = [], {}, after_perform
+        for module, name in ((steps, "intent_record"), (steps, "effect_perform"), (steps, "outcome_record")):
             monkeypatch.setattr(module, name, self._wrap(name, getattr(gate, name)))
 
     def _wrap(self, name, real):
         def call(intent, *args, **kwargs):
             self.seen.append((name, intent.owner_step, connection.in_atomic_block))
+            if connection.in_atomic_block:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT txid_current()")
+                    self.txids.setdefault(cursor.fetchone()[0], []).append((name, intent.owner_step))
             answer = real(intent, *args, **kwargs)
             if name == "effect_perform" and self.after_perform is not None:
                 self.after_perform(intent.owner_step)
@@ -55,9 +59,11 @@ class TestAnEffectStep:
         item = make_task(1).items.get()
         crossings = Crossings(monkeypatch)
         assert run(item) == "done"
-        for step in CHOSEN:
-            assert [(name, atomic) for name, owner, atomic in crossings.seen if owner == step] == [
-                ("intent_record", True), ("effect_perform", False), ("outcome_record", True)], step
+        assert [(name, owner, atomic) for name, owner, atomic in crossings.seen] == [
+            crossing for step in CHOSEN for crossing in (
+                ("intent_record", step, True), ("effect_perform", step, False), ("outcome_record", step, True))]
+        assert [len(calls) for calls in crossings.txids.values()] == [1] * 2 * len(CHOSEN), \
+            "each intent and each outcome is recorded in a phase of its own: no intent rides an earlier phase"
         effects = Effect.objects.filter(owner_item=item.ref).order_by("id")
         assert list(effects.values_list("owner_step", "state")) == [(step, EffectState.COMMITTED) for step in CHOSEN]
         for effect in effects:

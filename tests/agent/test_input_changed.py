@@ -19,9 +19,8 @@ def test_an_item_whose_ticket_changed_is_not_silently_continued(sandbox, queue):
     arm("before_intent")  # die before any effect
     with pytest.raises(SimulatedCrash):
         item_process(item_id=item.pk, attempt=item.attempt)
-    # triage and draft are persisted; the decision commits with the first
-    # effect's intent (chained intents), so it went with it
-    assert item.checkpoint.cursor == 2
+    # triage, draft and decide are persisted: the first effect's intent has a phase of its own
+    assert item.checkpoint.cursor == 3
 
     Item.objects.filter(pk=item.pk).update(body="A completely different request.", status=ItemStatus.FAILED,
                                            lease_token="")

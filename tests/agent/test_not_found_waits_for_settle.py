@@ -13,9 +13,9 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from ledger.clock import db_now
-from ledger.gate import effect_run
 from ledger.models import Effect, EffectState, Verdict
 from ledger.services import effect_reconcile
+from tests.gate_run import effect_run
 from ticketagent.models import ItemStatus
 from ticketagent.plan import effect_action
 from ticketagent.scheduling.recovery import item_settle_unknowns, reconcile_unknowns

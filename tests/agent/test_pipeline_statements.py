@@ -9,7 +9,7 @@ from django.db import connection, transaction
 
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, Item, ItemStatus, Task, TaskStatus
-from ticketagent.pipeline.statements import checkpoint_move, item_lock, task_and_item_lock, task_lock
+from ticketagent.pipeline.statements import checkpoint_move, lock_item, lock_task_and_item, lock_task_of_item
 from ticketagent.plan import PLAN_VERSION
 
 from ..factories import make_task
@@ -44,7 +44,7 @@ def locked_elsewhere(table: str, pk: int, mode: str = "UPDATE") -> bool:
 def test_the_lease_holder_locks_the_item_and_reads_its_tasks_status(held):
     Task.objects.filter(pk=held.task_id).update(consecutive_failures=2)
     with transaction.atomic():
-        assert item_lock(held.pk, "tok") == (TaskStatus.QUEUED, 2)
+        assert lock_item(held.pk, "tok") == (TaskStatus.QUEUED, 2)
         assert locked_elsewhere(Item._meta.db_table, held.pk)
         assert not locked_elsewhere(held.task._meta.db_table, held.task_id)  # the task is read, not locked
 
@@ -54,33 +54,33 @@ def test_the_lease_holder_locks_the_item_and_reads_its_tasks_status(held):
 def test_anyone_else_locks_nothing(held, change):
     Item.objects.filter(pk=held.pk).update(**change)
     with transaction.atomic():
-        assert item_lock(held.pk, "tok") is None
+        assert lock_item(held.pk, "tok") is None
         assert not locked_elsewhere(Item._meta.db_table, held.pk)
-    assert item_lock(held.pk + 1000, "tok") is None  # no such item
+    assert lock_item(held.pk + 1000, "tok") is None  # no such item
 
 
 def test_the_lease_locks_the_task_through_its_item_and_only_the_task(held):
     with transaction.atomic():
-        task = task_lock(held.pk)
+        task = lock_task_of_item(held.pk)
         assert (task.pk, task.name, task.status) == (held.task_id, held.task.name, TaskStatus.QUEUED)
         assert locked_elsewhere(task._meta.db_table, task.pk)
         assert not locked_elsewhere(Item._meta.db_table, held.pk)
-    assert task_lock(held.pk + 1000) is None  # no such item
+    assert lock_task_of_item(held.pk + 1000) is None  # no such item
 
 
 def test_the_lease_can_hold_the_task_as_it_is_beside_other_holders(held):
     with transaction.atomic():
-        task = task_lock(held.pk, hold=True)
+        task = lock_task_of_item(held.pk, hold=True)
         assert (task.pk, task.status) == (held.task_id, TaskStatus.QUEUED)
         assert locked_elsewhere(task._meta.db_table, task.pk, "NO KEY UPDATE")  # a pause or cancel waits
         assert not locked_elsewhere(task._meta.db_table, task.pk, "SHARE")  # another item's lease does not
         assert not locked_elsewhere(Item._meta.db_table, held.pk)
-    assert task_lock(held.pk + 1000, hold=True) is None  # no such item
+    assert lock_task_of_item(held.pk + 1000, hold=True) is None  # no such item
 
 
 def test_the_lease_holder_locks_the_task_then_the_whole_item(held):
     with transaction.atomic():
-        task, item = task_and_item_lock(held.pk, "tok")
+        task, item = lock_task_and_item(held.pk, "tok")
         assert task.pk == held.task_id and item.pk == held.pk
         assert (item.ticket_id, item.input_hash(), item.lease_token) == (held.ticket_id, held.input_hash(), "tok")
         assert locked_elsewhere(Item._meta.db_table, held.pk)
@@ -92,10 +92,10 @@ def test_the_lease_holder_locks_the_task_then_the_whole_item(held):
 def test_anyone_else_locks_the_task_but_not_the_item(held, change):
     Item.objects.filter(pk=held.pk).update(**change)
     with transaction.atomic():
-        task, item = task_and_item_lock(held.pk, "tok")
+        task, item = lock_task_and_item(held.pk, "tok")
         assert (task.pk, item) == (held.task_id, None)
         assert not locked_elsewhere(Item._meta.db_table, held.pk)
-    assert task_and_item_lock(held.pk + 1000, "tok") == (None, None)  # no such item
+    assert lock_task_and_item(held.pk + 1000, "tok") == (None, None)  # no such item
 
 
 def test_the_checkpoint_moves_only_from_the_cursor_the_worker_knows(held):

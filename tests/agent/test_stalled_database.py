@@ -75,14 +75,13 @@ def aim_at(proxy: FaultProxy, nth: int, seconds: float, then) -> None:
         proxy.stall_next(INTENT_STATEMENT, 0, on_match=lambda: aim_at(proxy, nth - 1, seconds, then))
 
 
-@pytest.mark.parametrize("nth", [1, 2], ids=["intent-in-a-transaction", "intent-committed-by-itself"])
+@pytest.mark.parametrize("nth", [1, 2], ids=["first-intent", "second-intent"])
 def test_a_worker_whose_answers_stall_past_its_lease_makes_no_call(workers, sandbox, proxy, nth):
     """A statement that writes an effect's intent reaches PostgreSQL; its
     answer (and every other answer to that worker) is held past the lease.
-    The first intent is written in the decision's transaction: the server
-    ends the idle transaction, nothing of it stays. The second is chained
-    into the first effect's outcome, one statement that commits by itself:
-    the intent is there, the worker does not know. Either way the sweep
+    Each intent is written in its own phase's transaction (the first
+    effect's, or the second's after the first was sent): the server ends
+    the idle transaction, nothing of it stays. Either way the sweep
     takes the item over, the effect is settled and sent once by another
     worker, and the stalled one wakes up and sends nothing."""
     sandbox.set_faults(honor_keys=False)

@@ -9,8 +9,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from ledger.gate import effect_run
 from ledger.models import Effect, EffectState
+from tests.gate_run import effect_run
 from ticketagent.eventlog.export import iso_utc
 from ticketagent.models import ItemStatus
 from ticketagent.plan import effect_action

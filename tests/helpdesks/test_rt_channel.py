@@ -9,11 +9,11 @@ import uuid
 import pytest
 
 from ledger.faults import SimulatedCrash, arm
-from ledger.gate import effect_run
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile, effects_mark_unknown
 from ops.killtest.rt import rt_writes
 from ops.rt_server import CF_NAME, OTHER_QUEUE
+from tests.gate_run import effect_run
 from ticketagent.channels.registry import get_channel
 from ticketagent.channels.rt import RTChannel, keys_in
 from ticketagent.channels.rt_lookup import announced_change

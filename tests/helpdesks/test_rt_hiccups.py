@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from ledger.actions import action_spec
+from ledger.channels.base import CallDeadline
 from ledger.models import EffectState
 from ops.killtest.rt import rt_writes
 from ticketagent.channels.rt import RTChannel
@@ -85,7 +86,7 @@ def test_a_read_that_keeps_failing_ends_the_action_before_any_write_rt_unavailab
     proxy.fault_next("503", 50, method="GET", path=ticket_reads(ticket))
     channel = RTChannel(url=proxy.url, **FAST)
     result = channel.perform(action_spec("close_ticket"), {"ticket": str(ticket), "body": BODIES["close_ticket"]},
-                             "k-unavailable")
+                             "k-unavailable", CallDeadline.within(60))
     assert (result.state, result.cause) == (EffectState.FAILED, "unavailable"), result.error
     assert "answered 503" in result.error and "(3 tries)" in result.error
     assert proxy.faulted == 3 and proxy.forwarded == 0  # nothing reached RT
@@ -94,14 +95,14 @@ def test_a_read_that_keeps_failing_ends_the_action_before_any_write_rt_unavailab
 
 def test_rt_not_reachable_is_failed_unavailable_not_refused(rt_settings):
     result = RTChannel(url="http://127.0.0.1:9").perform(
-        action_spec("notify_customer"), {"ticket": "1", "body": BODIES["notify_customer"]}, "k-down")
+        action_spec("notify_customer"), {"ticket": "1", "body": BODIES["notify_customer"]}, "k-down", CallDeadline.within(60))
     assert (result.state, result.cause) == (EffectState.FAILED, "unavailable")
     assert "could not connect to Request Tracker" in result.error
 
 
 @pytest.mark.parametrize("action", ["notify_customer", "close_ticket"])
 def test_a_ticket_that_does_not_exist_is_refused(rt_server, rt_settings, action):
-    result = RTChannel().perform(action_spec(action), {"ticket": "999999", "body": BODIES[action]}, f"k-{action}")
+    result = RTChannel().perform(action_spec(action), {"ticket": "999999", "body": BODIES[action]}, f"k-{action}", CallDeadline.within(60))
     assert (result.state, result.cause) == (EffectState.FAILED, "refused")
     assert result.error == "ticket 999999 does not exist in Request Tracker"
 
@@ -111,14 +112,14 @@ def test_a_right_the_user_lacks_is_refused(rt_server, rt_settings, action):
     """The viewer may see tickets, not reply to them or change them."""
     ticket = rt_server.create_ticket(f"Viewer cannot {action}")
     viewer = RTChannel(user="viewer", password=rt_server.users["viewer"])
-    result = viewer.perform(action_spec(action), {"ticket": str(ticket), "body": BODIES[action]}, f"k-v-{action}")
+    result = viewer.perform(action_spec(action), {"ticket": str(ticket), "body": BODIES[action]}, f"k-v-{action}", CallDeadline.within(60))
     assert (result.state, result.cause) == (EffectState.FAILED, "refused"), result.error
     assert rt_writes(rt_server, ticket) == []
 
 
 def test_a_ticket_id_that_is_not_a_number_cannot_be_sent(rt_settings):
     result = RTChannel().perform(action_spec("notify_customer"), {"ticket": "K1-7", "body": BODIES["notify_customer"]},
-                                 "k-invalid")
+                                 "k-invalid", CallDeadline.within(60))
     assert (result.state, result.cause) == (EffectState.FAILED, "invalid")
 
 

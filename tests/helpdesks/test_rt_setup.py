@@ -17,10 +17,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from ledger.gate import effect_run
 from ledger.models import EffectState
 from ops.rt_server import CF_NAME, RTServerError, insert_datafile
 from tests.conftest import ROOT
+from tests.gate_run import effect_run
 from ticketagent.channels.rt import RTChannel
 
 from .conftest import rt_environment

@@ -77,14 +77,14 @@ def test_a_worker_killed_before_the_call_is_not_found_and_the_retry_replies_once
     rt = rt_server
     task = rt_task(rt, 1)
     ticket = task.items.get().ticket_id
-    # the first worker dies once save_draft is committed -- the reply's intent (attempt 1) committed with
-    # it (chained) -- the second right after its own intent (attempt 2): neither call left, so each look-up
-    # says not found, and the third worker's attempt 3 replies
+    # the first worker dies once save_draft is committed, before the reply's intent (its own phase); the
+    # second right after the reply's intent (attempt 1): its call never left, so the look-up says not found,
+    # and the third worker's attempt 2 replies
     crash_then_finish(rt_workers, task, ["after_commit", "after_intent"])
     notify = Effect.objects.get(owner_task=str(task.pk), action="notify_customer")
-    assert notify.state == EffectState.COMMITTED and notify.attempts == 3
+    assert notify.state == EffectState.COMMITTED and notify.attempts == 2
     assert EffectTransition.objects.filter(effect=notify, from_state=EffectState.UNKNOWN,
-                                           to_state=EffectState.FAILED).count() == 2
+                                           to_state=EffectState.FAILED).count() == 1
     assert EffectTransition.objects.filter(effect=notify, to_state=EffectState.FAILED,
                                            from_state=EffectState.UNKNOWN).exists()
     replies = [w for w in rt_writes(rt, ticket) if w.type == "Correspond"]

@@ -7,10 +7,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from ledger.actions import action_spec
+from ledger.channels.base import CallDeadline
 from ledger.faults import crash_point
-from ledger.gate import GateResult
 from ledger.keys import idempotency_key, payload_hash, slot_for, summarize
 from ledger.models import Effect, EffectState, EffectTransition
+from tests.gate_run import GateResult
 from ticketagent.channels.registry import get_channel
 
 
@@ -40,7 +41,7 @@ def no_intent(*, action, payload, owner_task, owner_item, owner_step, claim_toke
     if existing:
         return GateResult(effect=existing, state=existing.state, blocked="duplicate")
     crash_point("before_intent")
-    result = (channel or get_channel(spec.channel)).perform(spec, payload, key)
+    result = (channel or get_channel(spec.channel)).perform(spec, payload, key, CallDeadline.within(60))
     crash_point("after_call")
     effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, claim_token,
                      EffectState.COMMITTED if result.state != EffectState.FAILED else EffectState.FAILED,
@@ -60,7 +61,7 @@ def commit_before_call(*, action, payload, owner_task, owner_item, owner_step, c
     effect = _record(spec, key, slot, payload, p_hash, owner_task, owner_item, owner_step, claim_token,
                      EffectState.COMMITTED)
     crash_point("after_intent")
-    (channel or get_channel(spec.channel)).perform(spec, payload, key)
+    (channel or get_channel(spec.channel)).perform(spec, payload, key, CallDeadline.within(60))
     crash_point("after_call")
     return GateResult(effect=effect, state=effect.state, called=True)
 
@@ -99,7 +100,7 @@ def unchecked_lease(*, action, payload, owner_task, owner_item, owner_step, clai
         effect = Effect.objects.get(pk=existing.pk)
         _transition(effect, EffectState.FAILED, "EFFECT_RETRY", claim_token)
     crash_point("after_intent")
-    result = (channel or get_channel(spec.channel)).perform(spec, payload, key)
+    result = (channel or get_channel(spec.channel)).perform(spec, payload, key, CallDeadline.within(60))
     crash_point("after_call")
     state = result.state if result.state in (EffectState.COMMITTED, EffectState.FAILED) else EffectState.UNKNOWN
     Effect.objects.filter(pk=effect.pk, attempts=effect.attempts, state=EffectState.INTENT).update(

@@ -3,7 +3,7 @@
     python -m tests.killtest.broken_worker no-intent|commit-before-call|unchecked-lease
 
 The same as `manage.py worker`, with the pipeline's effect step (intent,
-call, outcome; no chained intents) swapped for one of the gates in
+call, outcome) swapped for one of the gates in
 tests/killtest/broken_gates.py: the harness must report the failure. The
 product carries no such gate.
 """
@@ -27,30 +27,23 @@ def main(argv: list[str]) -> int:
     from tests.killtest.broken_gates import GATES
     from ticketagent.models import EventType, ItemStatus
     from ticketagent.pipeline import run, steps
-    from ticketagent.pipeline.phases import phase_fail, phase_wait
+    from ticketagent.pipeline.phases import phase_fail, phase_step_done, phase_wait
 
     gate = GATES[args.gate]
 
     def broken_step(step, item_run, task):
-        authorized = steps.AUTO_CLOSE if task.allow_auto_close else ""
-        if step == "close_ticket":
-            authorized, early = steps._close_approval(item_run, task)
-            if early is not None:
-                return early
-        intent = steps._intent(item_run, task, step, item_run.outputs, authorized)
+        """The effect step through the broken gate; how the item ended ("": it goes on)."""
+        authorized = steps.AUTO_CLOSE if step == "close_ticket" else ""
+        intent = steps._intent(item_run, task, step, authorized)
         result = gate(action=intent.spec.name, payload=intent.payload, owner_task=intent.owner_task,
                       owner_item=intent.owner_item, owner_step=intent.owner_step, claim_token=intent.claim_token)
         if result.state == EffectState.FAILED:
-            phase_fail(item_run, kind="helpdesk_refused", message=f"{step}: {result.effect.last_error}")
-            return steps.WAIT
+            return phase_fail(item_run, kind="helpdesk_refused", message=f"{step}: {result.effect.last_error}")
         if result.state not in (EffectState.COMMITTED, EffectState.SKIPPED):
-            phase_wait(item_run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
-                       reason=f"{step}: outcome unknown")
-            return steps.WAIT
-        return steps._effect_summary(result.effect)
+            return phase_wait(item_run, status=ItemStatus.WAITING_REVIEW, event_type=EventType.ITEM_WAITING,
+                              reason=f"{step}: outcome unknown")
+        return phase_step_done(item_run, step, steps._effect_summary(result.effect))
 
-    # every effect through the broken gate, none chained with a recovery point
-    steps.chain_intent = run.chain_intent = lambda *args, **kwargs: None
     run.run_effect_step = broken_step
     call_command("worker")
     return 0

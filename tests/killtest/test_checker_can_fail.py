@@ -3,11 +3,11 @@ holds, an item that failed on the way and a suspension are each reported (and a 
 
 import pytest
 
-from ledger.gate import effect_run
 from ledger.models import Effect, EffectState
 from ops.killtest.checks import check_round
 from ops.killtest.report import Report
 from ops.killtest.run import nobody_needed
+from tests.gate_run import effect_run
 from ticketagent.eventlog.append import event_append
 from ticketagent.models import EventType, ItemStatus
 

@@ -4,8 +4,8 @@ from django.db import connection
 
 from ledger.channels.base import CallResult, Channel
 from ledger.clock import db_now
-from ledger.gate import effect_run
 from ledger.models import Effect
+from tests.gate_run import effect_run
 
 NOTIFY = {"ticket": "T-1", "body": {"to": "ann@example.com", "subject": "Re: refund", "body": "Your refund is on its way."}}
 
@@ -31,7 +31,7 @@ class Answers(Channel):
     def __init__(self, result: CallResult, before=None):
         self.result, self.before = result, before
 
-    def perform(self, spec, payload, key):
+    def perform(self, spec, payload, key, deadline):
         if self.before is not None:
             self.before()
         return self.result

@@ -6,6 +6,7 @@ no look-up by key it stays unknown for a person to review."""
 import pytest
 
 from ledger.actions import action_spec
+from ledger.channels.base import CallDeadline
 from ledger.models import EffectState
 from ledger.services import effect_reconcile
 from ticketagent.channels.smtp import EmailChannel
@@ -91,7 +92,7 @@ class TestWhyAMessageWasNotSent:
 
     @staticmethod
     def cause(settings, payload=None):
-        result = EmailChannel().perform(action_spec("notify_customer_email"), payload or NOTIFY, "k" * 64)
+        result = EmailChannel().perform(action_spec("notify_customer_email"), payload or NOTIFY, "k" * 64, CallDeadline.within(60))
         return result.state, result.cause
 
     def test_a_451_to_the_message_is_the_mail_server_unavailable(self, sandbox, settings):

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ledger.actions import action_spec
+from ledger.channels.base import CallDeadline
 from ledger.models import EffectState
 from ticketagent.channels.rest import RestHelpdeskChannel
 
@@ -50,19 +51,19 @@ def helpdesk():
 class TestWhatTheHelpdeskAnswersAWrite:
     def test_a_2xx_without_a_json_body_is_committed_without_a_reference(self, helpdesk):
         helpdesk.answer = (201, b"created")
-        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1", CallDeadline.within(60))
         assert (result.state, result.external_ref) == (EffectState.COMMITTED, "")
         assert helpdesk.paths == [("POST", "/api/tickets/T-1/notify")]
 
     def test_a_408_is_unknown_not_failed(self, helpdesk):
         helpdesk.answer = (408, b"request timeout")
-        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1", CallDeadline.within(60))
         assert result.state == EffectState.UNKNOWN
         assert "answered 408" in result.error
 
     def test_a_tls_handshake_that_fails_is_failed_and_nothing_is_sent(self, helpdesk):
         channel = RestHelpdeskChannel(base_url=f"https://127.0.0.1:{helpdesk.server_address[1]}", token="")
-        result = channel.perform(SPEC, NOTIFY, "k1")
+        result = channel.perform(SPEC, NOTIFY, "k1", CallDeadline.within(60))
         assert result.state == EffectState.FAILED
         assert "could not connect" in result.error
         assert helpdesk.paths == []
@@ -71,14 +72,14 @@ class TestWhatTheHelpdeskAnswersAWrite:
 class TestWhatTheHelpdeskIsSent:
     def test_the_key_with_a_write_and_the_token_with_every_request(self, helpdesk):
         channel = RestHelpdeskChannel(base_url=f"http://127.0.0.1:{helpdesk.server_address[1]}", token="hd-token-1")
-        channel.perform(SPEC, NOTIFY, "k1")
+        channel.perform(SPEC, NOTIFY, "k1", CallDeadline.within(60))
         channel.lookup("k1", {})
         write, lookup = helpdesk.headers
         assert (write["Idempotency-Key"], write["Authorization"]) == ("k1", "Bearer hd-token-1")
         assert "Idempotency-Key" not in lookup and lookup["Authorization"] == "Bearer hd-token-1"
 
     def test_no_token_no_authorization(self, helpdesk):
-        helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        helpdesk.channel.perform(SPEC, NOTIFY, "k1", CallDeadline.within(60))
         assert "Authorization" not in helpdesk.headers[0]
 
 
@@ -107,27 +108,27 @@ class TestWhyAWriteDidNotCommit:
     @pytest.mark.parametrize("status", [400, 403, 404, 422])
     def test_a_4xx_is_refused(self, helpdesk, status):
         helpdesk.answer = (status, b'{"error": "no"}')
-        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1", CallDeadline.within(60))
         assert (result.state, result.cause) == (EffectState.FAILED, "refused")
 
     def test_a_429_was_not_processed_the_helpdesk_is_unavailable_for_now(self, helpdesk):
         helpdesk.answer = (429, b"slow down")
-        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1", CallDeadline.within(60))
         assert (result.state, result.cause) == (EffectState.FAILED, "unavailable")
 
     @pytest.mark.parametrize("status", [408, 500, 502, 503, 504])
     def test_a_5xx_or_a_408_is_unknown_and_the_helpdesk_unavailable(self, helpdesk, status):
         helpdesk.answer = (status, b"busy")
-        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1")
+        result = helpdesk.channel.perform(SPEC, NOTIFY, "k1", CallDeadline.within(60))
         assert (result.state, result.cause) == (EffectState.UNKNOWN, "unavailable")
 
     def test_no_helpdesk_is_failed_and_unavailable(self):
-        result = RestHelpdeskChannel(base_url="http://127.0.0.1:9", token="").perform(SPEC, NOTIFY, "k1")
+        result = RestHelpdeskChannel(base_url="http://127.0.0.1:9", token="").perform(SPEC, NOTIFY, "k1", CallDeadline.within(60))
         assert (result.state, result.cause) == (EffectState.FAILED, "unavailable")
 
     def test_committed_says_no_cause(self, helpdesk):
         helpdesk.answer = (201, b'{"id": "d1"}')
-        assert helpdesk.channel.perform(SPEC, NOTIFY, "k1").cause == ""
+        assert helpdesk.channel.perform(SPEC, NOTIFY, "k1", CallDeadline.within(60)).cause == ""
 
 
 class TestTheProbe:

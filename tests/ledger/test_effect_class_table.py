@@ -5,7 +5,7 @@ unknown action or channel is refused before anything is recorded or sent."""
 import pytest
 
 from ledger.actions import action_spec
-from ledger.channels.base import Channel
+from ledger.channels.base import CallDeadline, Channel
 from ledger.models import Effect, EffectClass
 from ticketagent.actions import ACTIONS
 from ticketagent.channels.registry import get_channel
@@ -39,6 +39,6 @@ class TestTheEffectClassTable:
     def test_a_channel_without_an_adapter_cannot_act_and_cannot_tell(self):
         bare = Channel()
         with pytest.raises(NotImplementedError):
-            bare.perform(action_spec("escalate"), {}, "k1")
+            bare.perform(action_spec("escalate"), {}, "k1", CallDeadline.within(60))
         answer = bare.lookup("k1", {})
         assert answer.found is None and "no look-up by key" in answer.detail

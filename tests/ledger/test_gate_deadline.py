@@ -9,10 +9,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from ledger.actions import registered_actions
-from ledger.channels.base import Channel, committed, current_deadline
-from ledger.gate import effect_perform, effect_run, intent_prepare, intent_record
+from ledger.channels.base import CallDeadline, Channel, committed
+from ledger.channels.http import HttpClient
+from ledger.gate import effect_perform, intent_prepare, intent_record
 from ledger.models import Effect, EffectState
 from ledger.services import effect_not_sent
+from tests.gate_run import effect_run
 
 from .helpers import NOTIFY
 
@@ -34,8 +36,7 @@ class TwoWrites(Channel):
     def __init__(self, second_wait: float):
         self.second_wait, self.sent = second_wait, []
 
-    def perform(self, spec, payload, key):
-        deadline = current_deadline()
+    def perform(self, spec, payload, key, deadline):
         for n, wait in enumerate((0.0, self.second_wait), start=1):
             deadline.room_to_send(wait, f"write {n}")
             deadline.writes_sent += 1
@@ -64,6 +65,41 @@ def test_a_deadline_that_comes_after_the_first_write_left_is_unknown_unanswered(
     assert channel.sent == [1], "the second write was not sent"
     assert result.state == EffectState.UNKNOWN and result.answered is False
     assert "write 2 not sent" in result.error and "after 1 write(s) of this action had left" in result.error
+
+
+def test_a_call_with_no_deadline_is_an_error_and_sends_nothing(sandbox):
+    intent, effect = recorded()
+    with pytest.raises(TypeError):
+        effect_perform(intent, effect, deadline=None)
+    assert sandbox.counts()["requests"] == 0
+    assert Effect.objects.get().state == EffectState.INTENT
+
+
+def test_a_channel_that_asks_no_deadline_is_still_not_called_past_it():
+    """The gate asks the deadline for the channel's longest call itself: an adapter that never asks
+    (`Quiet`) is not called once the caller's claim may end during the call."""
+    intent, effect = recorded()
+    channel = Quiet()
+    assert effect_perform(intent, effect, deadline=time.monotonic() + channel.max_call_seconds / 2,
+                          channel=channel) is None
+    assert channel.called == 0
+
+
+def test_an_http_write_without_the_callers_deadline_is_refused_before_it_connects():
+    client = HttpClient("http://127.0.0.1:9", system="the helpdesk", connect_timeout=0.5, read_timeout=0.5)
+    with pytest.raises(TypeError, match="deadline"):
+        client.request("POST", "/api/tickets/T-1/notify", {"x": 1})
+    with pytest.raises(TypeError):
+        CallDeadline(None)
+
+
+class Quiet(Channel):
+    name = "helpdesk"
+    called = 0
+
+    def perform(self, spec, payload, key, deadline):
+        self.called += 1
+        return committed("sent")
 
 
 def test_with_room_for_every_write_the_call_is_made():

@@ -117,7 +117,8 @@ def test_overwrite_effects_have_no_slot(sandbox):
 
 
 def test_irreversible_needs_a_recorded_decision(sandbox):
-    from ledger.gate import ApprovalRequired, effect_run
+    from ledger.gate import ApprovalRequired
+    from tests.gate_run import effect_run
 
     with pytest.raises(ApprovalRequired):
         effect_run(action="close_ticket", payload={"ticket": "T-1", "body": {"reason": "done"}}, owner_task="t1",
@@ -150,8 +151,8 @@ def test_a_fenced_holder_cannot_commit(sandbox):
 
     real_perform = RestHelpdeskChannel.perform
 
-    def perform_then_lose_lease(self, spec, payload, key):
-        result = real_perform(self, spec, payload, key)
+    def perform_then_lose_lease(self, spec, payload, key, deadline):
+        result = real_perform(self, spec, payload, key, deadline)
         effects_mark_unknown(owner_item="i1", actor="recovery", note="lease expired")
         return result
 

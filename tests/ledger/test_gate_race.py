@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 RACER = """
 import json, sys, time, django
 django.setup()
-from ledger.gate import effect_run
+from tests.gate_run import effect_run
 start = float(sys.argv[1])
 while time.time() < start:
     time.sleep(0.001)

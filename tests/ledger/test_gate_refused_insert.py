@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 HOLDER = """
 import json, sys, django
 django.setup()
-from ledger.gate import effect_run
+from tests.gate_run import effect_run
 from ledger.signals import effect_changed
 
 def hold(sender, event, **kwargs):
@@ -46,7 +46,7 @@ print(json.dumps({"called": r.called, "blocked": r.blocked, "state": r.state}), 
 RACER = """
 import json, sys, django
 django.setup()
-from ledger.gate import effect_run
+from tests.gate_run import effect_run
 print("inserting", flush=True)
 r = effect_run(action="notify_customer", owner_task="t1", owner_item="i1", owner_step="notify_customer",
                claim_token="racer", payload=json.loads(sys.argv[1]))

@@ -3,6 +3,7 @@ back to `intent` under the new caller's lease token, with the new intent
 time, the old error cleared and the newest approval recorded."""
 
 import datetime as dt
+import time
 
 import pytest
 from django.utils import timezone
@@ -19,7 +20,7 @@ CLOSE = {"ticket": "T-1", "body": {"reason": "solved"}}
 
 
 def close(claim_token, authorized_by):
-    from ledger.gate import effect_run
+    from tests.gate_run import effect_run
 
     return effect_run(action="close_ticket", payload=CLOSE, owner_task="t1", owner_item="i1",
                       owner_step="close_ticket", claim_token=claim_token, authorized_by=authorized_by)
@@ -36,7 +37,7 @@ def close_seen_during_call(claim_token, authorized_by) -> dict:
     with transaction.atomic():
         effect = intent_record(intent).effect
     seen = Effect.objects.filter(pk=effect.pk).values("state", "claim_token", "attempts").get()
-    result = effect_perform(intent, effect)
+    result = effect_perform(intent, effect, deadline=time.monotonic() + 60)
     with transaction.atomic():
         assert outcome_record(intent, effect, result)
     return seen
@@ -63,7 +64,7 @@ class TestARetryReusesTheRow:
 
     def test_a_once_effect_keeps_its_approval_when_the_retry_has_none(self, sandbox):
         sandbox.set_faults(error_next={"notify": 1}, error_status=422)
-        from ledger.gate import effect_run
+        from tests.gate_run import effect_run
 
         first = effect_run(action="notify_customer", payload={"ticket": "T-1", "body": {"to": "a@example.com",
                            "subject": "s", "body": "b"}}, owner_task="t1", owner_item="i1",
@@ -82,7 +83,7 @@ class TestAFailedSlot:
     row (its new key), exactly once; a slot whose effect happened, or may have, still blocks it as a conflict."""
 
     def test_takes_a_new_payload_on_the_same_row(self, sandbox, lookups):
-        from ledger.gate import effect_run
+        from tests.gate_run import effect_run
 
         sandbox.set_faults(error_next={"notify": 1}, error_status=422)
         first = effect_run(action="notify_customer", payload=NOTIFY, owner_task="t1", owner_item="i1",

@@ -36,7 +36,7 @@ class LateAnswer(Channel):
         self.calling = threading.Event()
         self.answer = threading.Event()
 
-    def perform(self, spec, payload, key):
+    def perform(self, spec, payload, key, deadline):
         self.calling.set()
         assert self.answer.wait(TIMEOUT), "attempt 1 was never released"
         return CallResult(EffectState.FAILED, error="helpdesk refused with 400: late answer")
@@ -50,8 +50,8 @@ class DeliverThenLetTheLateAnswerIn(RestHelpdeskChannel):
         super().__init__()
         self.late, self.attempt_1 = late, attempt_1
 
-    def perform(self, spec, payload, key):
-        result = super().perform(spec, payload, key)
+    def perform(self, spec, payload, key, deadline):
+        result = super().perform(spec, payload, key, deadline)
         self.late.answer.set()
         self.attempt_1.join(TIMEOUT)
         assert not self.attempt_1.is_alive(), "attempt 1's phase 2 did not finish"

@@ -2,6 +2,8 @@
 `intent_record` and `outcome_record` in its `transaction.atomic()` and commit with them or not at all;
 the call runs with no transaction open; each call refuses the wrong side of a transaction."""
 
+import time
+
 import pytest
 from django.db import connection, transaction
 
@@ -52,9 +54,9 @@ class TestEachCallKeepsItsSideOfTheTransaction:
         with transaction.atomic():
             effect = intent_record(intent).effect
             with pytest.raises(TransactionMisuse, match="no transaction open"):
-                effect_perform(intent, effect)
+                effect_perform(intent, effect, deadline=time.monotonic() + 60)
         assert received(sandbox) == (0, 0)
-        result = effect_perform(intent, effect)
+        result = effect_perform(intent, effect, deadline=time.monotonic() + 60)
         assert result.state == EffectState.COMMITTED and received(sandbox) == (1, 1)
 
 
@@ -91,7 +93,7 @@ class TestTheOutcome:
         intent = notify()
         with transaction.atomic():
             effect = intent_record(intent).effect
-        result = effect_perform(intent, effect)
+        result = effect_perform(intent, effect, deadline=time.monotonic() + 60)
         with pytest.raises(LeaseGone), transaction.atomic():
             assert outcome_record(intent, effect, result)
             raise LeaseGone("the caller's recovery point could not be written")
@@ -106,7 +108,7 @@ class TestTheOutcome:
         intent = notify()
         with transaction.atomic():
             effect = intent_record(intent).effect
-        result = effect_perform(intent, effect)
+        result = effect_perform(intent, effect, deadline=time.monotonic() + 60)
         Effect.objects.filter(pk=effect.pk).update(claim_token="worker-b")  # taken over meanwhile
         statements = []
         with connection.execute_wrapper(lambda execute, sql, *args: statements.append(sql) or execute(sql, *args)):

@@ -9,9 +9,9 @@ import hashlib
 import pytest
 
 from ledger.actions import action_spec
-from ledger.gate import GateResult
 from ledger.keys import Intent, payload_hash
 from ledger.models import Effect
+from tests.gate_run import GateResult
 
 from .helpers import NOTIFY
 

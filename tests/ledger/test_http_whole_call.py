@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ledger.channels.base import call_deadline
+from ledger.channels.base import CallDeadline
 from ledger.channels.http import AnswerCut, HttpClient, NoAnswer, call
 from ledger.models import EffectState
 
@@ -75,7 +75,7 @@ class TestATricklingAnswer:
     @pytest.mark.parametrize("trickle", [(b"", HEAD + BODY)], indirect=True, ids=["status-line"])
     def test_whose_status_line_trickles_is_no_answer(self, trickle):
         with pytest.raises(NoAnswer) as raised:
-            client(trickle.url).request("POST", "/api/tickets/T-1/notify", {"x": 1})
+            client(trickle.url).request("POST", "/api/tickets/T-1/notify", {"x": 1}, deadline=CallDeadline.within(60))
         assert not isinstance(raised.value, AnswerCut)
         assert f"within {READ_TIMEOUT:.1f} s" in str(raised.value)
         assert trickle.finished == 0, "the call ended before the answer did"
@@ -83,21 +83,21 @@ class TestATricklingAnswer:
     @pytest.mark.parametrize("trickle", [(HEAD, BODY)], indirect=True, ids=["body"])
     def test_whose_body_trickles_is_cut_after_its_status(self, trickle):
         with pytest.raises(AnswerCut) as raised:
-            client(trickle.url).request("POST", "/api/tickets/T-1/notify", {"x": 1})
+            client(trickle.url).request("POST", "/api/tickets/T-1/notify", {"x": 1}, deadline=CallDeadline.within(60))
         assert raised.value.status == 200
         assert trickle.finished == 0, "the call ended before the answer did"
 
     @pytest.mark.parametrize("trickle", [(b"", HEAD + BODY)], indirect=True, ids=["status-line"])
     def test_makes_a_write_unknown_within_the_callers_deadline(self, trickle):
-        with call_deadline(time.monotonic() + 3 * READ_TIMEOUT):
-            result = call(client(trickle.url), "POST", "/api/tickets/T-1/notify", {"x": 1})
+        result = call(client(trickle.url), "POST", "/api/tickets/T-1/notify", {"x": 1},
+                      deadline=CallDeadline(time.monotonic() + 3 * READ_TIMEOUT))
         assert (result.state, result.answered) == (EffectState.UNKNOWN, False)
         assert trickle.finished == 0
 
 
 @pytest.mark.parametrize("trickle", [(HEAD + BODY, b"")], indirect=True, ids=["prompt"])
 def test_a_prompt_answer_is_read_in_full(trickle):
-    answer = client(trickle.url).request("POST", "/api/tickets/T-1/notify", {"x": 1})
+    answer = client(trickle.url).request("POST", "/api/tickets/T-1/notify", {"x": 1}, deadline=CallDeadline.within(60))
     assert (answer.status, answer.json(), answer.header("Content-Type")) == (
         200, {"id": "ticket-note-42"}, "application/json")
     assert trickle.finished == 1

@@ -21,7 +21,7 @@ class Answers(Channel):
     def __init__(self, result: CallResult):
         self.result = result
 
-    def perform(self, spec, payload, key):
+    def perform(self, spec, payload, key, deadline):
         return self.result
 
 

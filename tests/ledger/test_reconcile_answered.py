@@ -14,6 +14,7 @@ import threading
 import pytest
 
 from ledger import services
+from ledger.channels.base import CallDeadline
 from ledger.channels.http import AnswerCut, HttpClient, call
 from ledger.clock import SETTLE_MARGIN_SECONDS, db_now
 from ledger.models import Effect, EffectState, Verdict
@@ -125,7 +126,7 @@ def cut_server():
 def test_an_answer_cut_after_its_status_line_counts_as_answered(cut_server):
     client = HttpClient(cut_server, system="the helpdesk", connect_timeout=1, read_timeout=1)
     with pytest.raises(AnswerCut):
-        client.request("POST", "/api/tickets/T-1/notify", {"x": 1})
-    result = call(client, "POST", "/api/tickets/T-1/notify", {"x": 1})
+        client.request("POST", "/api/tickets/T-1/notify", {"x": 1}, deadline=CallDeadline.within(60))
+    result = call(client, "POST", "/api/tickets/T-1/notify", {"x": 1}, deadline=CallDeadline.within(60))
     assert (result.state, result.answered) == (EffectState.UNKNOWN, True)
     assert "answered 200" in result.error

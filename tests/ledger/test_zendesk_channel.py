@@ -9,11 +9,12 @@ from django.urls import reverse
 
 from ledger.actions import action_spec
 from ledger.channels import lookup_channel_names
+from ledger.channels.base import CallDeadline
 from ledger.channels.redact import redact
 from ledger.faults import SimulatedCrash, arm
-from ledger.gate import effect_run
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile, effects_mark_unknown
+from tests.gate_run import effect_run
 from ticketagent.channels.registry import get_channel
 from ticketagent.channels.zendesk import DRAFT_MARK, KEY_FIELD, ZendeskChannel
 
@@ -398,7 +399,7 @@ def test_the_base64_basic_credential_is_redacted(zd):
 
 def test_an_action_the_channel_does_not_know_fails_without_a_request(zd, ticket):
     result = ZendeskChannel().perform(action_spec("notify_customer_email"), {"ticket": str(ticket), "body": REPLY},
-                                      "k" * 64)
+                                      "k" * 64, CallDeadline.within(60))
     assert result.state == EffectState.FAILED and "no mapping" in result.error
     assert zd.logged() == []
 
@@ -418,7 +419,7 @@ def test_the_effect_classes_page_shows_zendesks_abilities(zd, client, bob):
 def cause_of(ticket_id) -> tuple[str, str]:
     """(state, cause) of one notify_customer update, straight from the channel."""
     result = ZendeskChannel().perform(action_spec("notify_customer"), {"ticket": str(ticket_id), "body": REPLY},
-                                      "k" * 64)
+                                      "k" * 64, CallDeadline.within(60))
     return result.state, result.cause
 
 

@@ -3,8 +3,8 @@ the real gate (against the sandbox helpdesk), never hand-written ledger rows."""
 
 import pytest
 
-from ledger.gate import effect_run
 from ledger.models import EffectState
+from tests.gate_run import effect_run
 from ticketagent.models import ItemStatus
 from ticketagent.plan import effect_action
 

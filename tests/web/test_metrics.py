@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from ledger.gate import effect_run
 from ledger.models import BlockedDuplicate, Effect, EffectState
+from tests.gate_run import effect_run
 from ticketagent.models import Event, EventType, Item, ItemStatus, TaskStatus
 from ticketagent.services.resume import task_resume
 from ticketagent.services.tasks import task_cancel

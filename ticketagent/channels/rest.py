@@ -45,10 +45,11 @@ class RestHelpdeskChannel(Channel):
     def in_flight_seconds(self) -> float:
         return float(settings.HELPDESK_UPSTREAM_TIMEOUT)
 
-    def perform(self, spec, payload, key):
+    def perform(self, spec, payload, key, deadline):
         method, path = ROUTES[spec.name]
         path = path.format(ticket=quote(str(payload["ticket"]), safe=""))
-        answer = call(self.client, method, path, payload["body"], headers={"Idempotency-Key": key})
+        answer = call(self.client, method, path, payload["body"], headers={"Idempotency-Key": key},
+                      deadline=deadline)
         if not isinstance(answer, Answer):
             return answer
         data = answer.json({})

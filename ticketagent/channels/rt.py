@@ -153,13 +153,13 @@ class RTChannel(Channel):
         return 2 * self.config.request_seconds
 
     # -- perform ---------------------------------------------------------------
-    def perform(self, spec, payload, key) -> CallResult:
+    def perform(self, spec, payload, key, deadline) -> CallResult:
         ticket = ticket_number(payload.get("ticket"))
         if ticket is None:
             return failed(f"{payload.get('ticket')!r} is not a {SYSTEM} ticket id (a number)", answered=False,
                           cause=Cause.INVALID)
         body = payload.get("body") or {}
-        attempt = Attempt(self.config, self.budget_seconds)
+        attempt = Attempt(self.config, self.budget_seconds, deadline)
         action = {"notify_customer": self._notify, "save_draft": self._draft, "set_status": self._status,
                   "escalate": self._escalate, "close_ticket": self._close}[spec.name]
         try:

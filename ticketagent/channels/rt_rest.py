@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 
-from ledger.channels.base import CallResult, Cause, failed, unknown
+from ledger.channels.base import CallDeadline, CallResult, Cause, failed, unknown
 from ledger.channels.http import Answer, HttpClient, NoAnswer, NotSent
 
 SYSTEM = "Request Tracker"
@@ -128,8 +128,8 @@ class Stop(Exception):
 class Attempt:
     """The requests of one action: one deadline, and whether a write of it may have landed."""
 
-    def __init__(self, config: RTConfig, budget: float):
-        self.config = config
+    def __init__(self, config: RTConfig, budget: float, call: CallDeadline):
+        self.config, self.call = config, call  # `call`: the caller's deadline, asked before each request leaves
         self.deadline = time.monotonic() + budget
         self.landed = False
 
@@ -165,7 +165,7 @@ class Attempt:
         """One request: its answer, or -- for a read that got none, or a 5xx, 408 or 429 -- what happened.
         A write that cannot go on raises `Stop`."""
         try:
-            answer = self.config.client(within=within).request(method, path, body)
+            answer = self.config.client(within=within).request(method, path, body, deadline=self.call)
         except NotSent as exc:
             if write:  # nothing of it left
                 raise Stop(self.ended(str(exc), cause=Cause.UNAVAILABLE)) from None

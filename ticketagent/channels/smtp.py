@@ -14,9 +14,9 @@ import time
 from django.conf import settings
 from django.core.mail import BadHeaderError, EmailMessage
 
-from ledger.channels.base import Abilities, CallResult, Cause, Channel, current_deadline
+from ledger.channels.base import Abilities, CallDeadline, CallResult, Cause, Channel
 from ledger.models import EffectState
-from ticketagent.channels.smtplib_adapter import mail_connection
+from ticketagent.channels.smtplib_adapter import deadline_attach, mail_connection
 
 CONNECT_TRIES = 3  # a mail server that cannot be reached: tried again after 0.5, 1 s
 
@@ -39,7 +39,7 @@ class EmailChannel(Channel):
     def max_call_seconds(self) -> float:
         return float(settings.EMAIL_TIMEOUT) * 2
 
-    def perform(self, spec, payload, key):
+    def perform(self, spec, payload, key, deadline):
         body = payload["body"]
         message = EmailMessage(
             subject=body["subject"], body=body["body"], from_email=settings.DEFAULT_FROM_EMAIL,
@@ -51,9 +51,10 @@ class EmailChannel(Channel):
         except (BadHeaderError, ValueError) as exc:
             return CallResult(EffectState.FAILED, error=f"the message cannot be sent: {exc}", cause=Cause.INVALID)
         connection = mail_connection(timeout=settings.EMAIL_TIMEOUT)
-        error, cause = self._open(connection)
+        error, cause = self._open(connection, deadline)
         if error:
             return CallResult(EffectState.FAILED, error=f"could not connect to the mail server: {error}", cause=cause)
+        deadline_attach(connection, deadline)
         try:
             connection.send_messages([message])
         except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as exc:
@@ -73,14 +74,14 @@ class EmailChannel(Channel):
                 pass
         return CallResult(EffectState.COMMITTED, external_ref=f"<{key}@{settings.MESSAGE_ID_DOMAIN}>", answered=True)
 
-    def _open(self, connection) -> tuple[str, str]:
+    def _open(self, connection, deadline: CallDeadline) -> tuple[str, str]:
         """Open the connection, tried again with back-off while the deadline
         leaves room for the message: ("", "") once open, else the last error
         and its cause. A server that answered (its greeting or the login
         refused: a reply code, no AUTH offered) is not asked again."""
         pause = 0.5
         for tries in range(1, CONNECT_TRIES + 1):
-            current_deadline().room_to_send(self.max_call_seconds, "the message")
+            deadline.room_to_send(self.max_call_seconds, "the message")
             try:
                 connection.open()
                 return "", ""
@@ -89,7 +90,7 @@ class EmailChannel(Channel):
             except smtplib.SMTPNotSupportedError as exc:  # the settings ask for what the server does not offer
                 return f"{exc}", Cause.REFUSED
             except OSError as exc:
-                if tries == CONNECT_TRIES or current_deadline().time_left() < pause + self.max_call_seconds:
+                if tries == CONNECT_TRIES or deadline.time_left() < pause + self.max_call_seconds:
                     return f"{exc} ({tries} tries)", Cause.UNAVAILABLE
                 time.sleep(pause)
                 pause *= 2

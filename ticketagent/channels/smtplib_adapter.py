@@ -17,7 +17,7 @@ from django.core.mail import get_connection
 from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
 from django.utils.module_loading import import_string
 
-from ledger.channels.base import current_deadline
+from ledger.channels.base import CallDeadline
 
 
 def _last_line_checked(cls):
@@ -26,7 +26,11 @@ def _last_line_checked(cls):
     with that line, so until it leaves nothing is delivered."""
 
     class DeadlineSMTP(cls):
+        call_deadline: CallDeadline | None = None  # the call's, set once connected (`deadline_attach`)
+
         def data(self, msg):
+            if self.call_deadline is None:
+                raise TypeError("a message is sent only under the caller's deadline (perform's `deadline`)")
             self.putcmd("data")
             code, reply = self.getreply()
             if code != 354:
@@ -37,8 +41,8 @@ def _last_line_checked(cls):
             if quoted[-2:] != smtplib.bCRLF:
                 quoted += smtplib.bCRLF
             self.send(quoted)
-            current_deadline().room_to_send(float(self.timeout or 0), "the message's end of data")
-            current_deadline().writes_sent += 1
+            self.call_deadline.room_to_send(float(self.timeout or 0), "the message's end of data")
+            self.call_deadline.writes_sent += 1
             self.send(b"." + smtplib.bCRLF)
             return self.getreply()
 
@@ -67,3 +71,11 @@ def mail_connection(*, timeout: float):
     if isinstance(backend, type) and issubclass(backend, SMTPBackend):
         return _deadline_backend(backend)(fail_silently=False, timeout=timeout)
     return get_connection(fail_silently=False, timeout=timeout)
+
+
+def deadline_attach(connection, deadline: CallDeadline) -> None:
+    """Give an opened connection of `mail_connection` the call's deadline, asked before its end of data (a
+    backend other than SMTP has no such line: nothing to attach)."""
+    smtp = getattr(connection, "connection", None)
+    if isinstance(smtp, tuple(_CHECKED.values())):
+        smtp.call_deadline = deadline

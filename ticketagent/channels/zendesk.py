@@ -167,7 +167,7 @@ class ZendeskChannel(Channel):
             raise ValueError(f"the Zendesk channel has no mapping for the action {action!r}")
         return {**fields, "metadata": {KEY_FIELD: key, ACTION_FIELD: action}}
 
-    def perform(self, spec, payload, key):
+    def perform(self, spec, payload, key, deadline):
         ticket = ticket_number(payload.get("ticket"))
         if ticket is None:
             return failed(f"{payload.get('ticket')!r} is not a Zendesk ticket id (a number); nothing was sent",
@@ -179,7 +179,7 @@ class ZendeskChannel(Channel):
                           cause=Cause.INVALID)
         try:
             answer = send(self.client, "PUT", f"{API}/tickets/{ticket}.json", {"ticket": update},
-                          max_wait=self.config.max_wait, sleep=self.sleep)
+                          max_wait=self.config.max_wait, sleep=self.sleep, deadline=deadline)
         except NotSent as exc:
             return failed(f"{exc}; the update of ticket {ticket} was not sent", answered=False,
                           cause=Cause.UNAVAILABLE)

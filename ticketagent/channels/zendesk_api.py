@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from ledger.channels.base import CallDeadline
 from ledger.channels.http import Answer, HttpClient, NoAnswer, NotSent
 
 API = "/api/v2"
@@ -86,20 +87,21 @@ def retry_after(answer: Answer) -> float | None:
 
 
 def send(client: HttpClient, method: str, path: str, body=None, *, max_wait: float,
-         sleep: Callable[[float], None] = time.sleep) -> Answer:
+         sleep: Callable[[float], None] = time.sleep, deadline: CallDeadline | None = None) -> Answer:
     """One request; a 429 asking for at most `max_wait` seconds is waited out and the request sent once more.
 
     A 429 means Zendesk did not process the request, so sending it again
-    cannot apply it twice. Raises `NotSent` / `NoAnswer` like `HttpClient.request`.
+    cannot apply it twice. Raises `NotSent` / `NoAnswer` like `HttpClient.request` (a write needs the
+    caller's `deadline`).
     """
-    answer = client.request(method, path, body)
+    answer = client.request(method, path, body, deadline=deadline)
     if answer.status != 429:
         return answer
     wait = retry_after(answer)
     if wait is None or wait > max_wait:
         return answer
     sleep(wait)
-    return client.request(method, path, body)
+    return client.request(method, path, body, deadline=deadline)
 
 
 def error_text(answer: Answer) -> str:

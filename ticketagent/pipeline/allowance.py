@@ -26,10 +26,10 @@ class CallAllowance:
         """The call's bound reserved (`phases.phase_reserve`), after waiting while it does not fit yet and calls of
         the task are in flight; CallRefused once the item was handed back."""
         bound = call_bound(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-        while (answer := phase_reserve(self.run, bound)) == WAIT:
+        while (answer := phase_reserve(self.run, bound))[0] == WAIT:
             if process_stopping():  # the worker's grace is not for waiting on others' calls
                 item_hand_back(self.run, why="the worker is stopping")
                 raise CallRefused("the worker is stopping")
             time.sleep(RESERVE_WAIT_SECONDS)
-        if answer != RESERVED:  # STOP: the phase handed the item back
-            raise CallRefused(f"task {self.run.task_status}")
+        if answer[0] != RESERVED:  # STOP: the phase handed the item back
+            raise CallRefused(f"task {answer[1]}")

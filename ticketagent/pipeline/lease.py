@@ -12,7 +12,7 @@ import secrets
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
@@ -23,8 +23,7 @@ from django.db.models.functions import Now
 from ledger.models import Effect
 from ledger.services import effects_mark_unknown
 from ticketagent.eventlog.append import event_append
-from ticketagent.models import EventType, Item, ItemStatus, Task
-from ticketagent.pipeline.statements import item_lock, task_and_item_lock
+from ticketagent.models import EventType, Item, ItemStatus
 
 log = logging.getLogger(__name__)
 
@@ -193,16 +192,6 @@ def leases_renew(leases: list[Lease]) -> None:
 HEARTBEATS = Heartbeats()
 
 
-def lock_task_and_item(item_id: int, token: str) -> tuple[Task, Item]:
-    """Inside a transaction: lock task and item, or raise LeaseLost."""
-    task, item = task_and_item_lock(item_id, token)
-    if task is None:
-        raise LeaseLost(f"item {item_id} is gone")
-    if item is None:
-        raise LeaseLost(f"item {item_id}: lease {token[:8]} was taken over")
-    return task, item
-
-
 def item_take_over(item: Item, *, actor: str, why: str) -> list[Effect]:
     """Inside a transaction holding the item lock: fence the old lease holder and
     turn its intents into unknowns, settled once it cannot be calling any more
@@ -219,37 +208,12 @@ def item_take_over(item: Item, *, actor: str, why: str) -> list[Effect]:
 
 @dataclass
 class ItemRun:
-    """The worker's side of one leased item. Only the lease holder writes the
-    item's checkpoint, so `cursor` and `outputs` are what the database holds;
-    they move on once the phase that wrote them has committed."""
+    """What a run of one leased item is: the item, this worker's lease (its token), and the checkpoint as the
+    database holds it (`cursor`, `outputs`: only the lease holder writes them, and they move on once the phase
+    that wrote them has committed). What a phase locked or found is its own answer (`phases.phase`)."""
 
     item: Item
     token: str
+    lease: Lease
     cursor: int
     outputs: dict
-    lease: Lease | None = None
-    # the playbook version the checkpoint runs under, and its spec
-    playbook_version_id: int | None = None
-    playbook: object = None
-    task_status: str = ""
-    task_failures: int = 0  # its task's consecutive failures, as the last phase read them
-    stopped: bool = False  # the item left this worker: done, failed, waiting, or handed back as its task stopped
-    ended: str = ""  # how, in a word or two ("done", "waiting", "failed (kind)", "task stopped", "handed back")
-    # effect steps the decision did not choose, not yet recorded: they are
-    # written (STEP_SKIPPED) with the next recovery point
-    pending: list = field(default_factory=list)
-    # (Intent, Recorded): the next effect's intent, committed with the last
-    # recovery point (`phase_step_done(chain=)`); its call is still to be made
-    chained: tuple | None = None
-    # (Task, Item) locked by `phase(run, task=True)` in the current transaction
-    locked: tuple | None = None
-
-
-def lock_item(run: ItemRun) -> None:
-    """Inside a transaction: lock the item if this worker still holds its
-    lease, and read its task's status (read, not locked: a pause or cancel
-    that commits meanwhile is seen by the next phase)."""
-    found = item_lock(run.item.pk, run.token)
-    if found is None:
-        raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over")
-    run.task_status, run.task_failures = found

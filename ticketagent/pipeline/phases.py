@@ -1,7 +1,8 @@
 """The phases of an item: each one transaction, holding the item under this worker's lease, ending in a recovery point.
 
-`phase(run)` is the one way a worker writes: it opens the transaction, locks
-the item if this worker still holds its lease (`LeaseLost` if not) and, for
+`with phase(run) as locked:` is the one way a worker writes: it opens the
+transaction, locks the item if this worker still holds its lease (`LeaseLost`
+if not; `locked` is what it locked and read) and, for
 a phase that writes the task (an item failed, waiting for a person or handed
 back; a success that ends a run of failures; a budget spent), locks the task
 first -- one lock order everywhere: the task, then the item. A step's phase
@@ -14,18 +15,23 @@ nothing of the task's: the task is finished after its commit by whoever
 finds no item of it left to run (`task_finish_if_idle`), so the items of a
 task never queue behind each other's ends; the lease holds the task the
 same way, so they do not queue behind each other's starts either.
+
+A phase function returns how the item ended, in a word or two ("done",
+"waiting", "failed (kind)", "task stopped", "handed back"), or "" when it
+goes on.
 """
 
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ledger.gate import intent_record
-from ledger.keys import Intent, canonical_json
+from ledger.keys import canonical_json
 from ledger.services import effect_not_sent
 from ticketagent.channels.identity import Helpdesk
 from ticketagent.eventlog.append import blobs_put, event_append, events_append
@@ -34,16 +40,9 @@ from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.pipeline.binding import lease_refusal, needs_binding, task_bind_locked
 from ticketagent.pipeline.budget import STOP, Bound, budget_reserve_locked, task_spend_locked
-from ticketagent.pipeline.lease import (
-    ItemRun,
-    LeaseLost,
-    item_take_over,
-    lock_item,
-    lock_task_and_item,
-    worker_name,
-)
-from ticketagent.pipeline.statements import checkpoint_move, task_lock
-from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen
+from ticketagent.pipeline.lease import ItemRun, LeaseLost, item_take_over, worker_name
+from ticketagent.pipeline.statements import checkpoint_move, lock_item, lock_task_and_item, lock_task_of_item
+from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen, steps_ahead, steps_of
 from ticketagent.playbooks.spec import SUPPORTED_FORMATS
 from ticketagent.services.items import items_requeue
 from ticketagent.services.tasks import task_finish_if_idle, task_maybe_finish, task_suspend_locked
@@ -57,29 +56,47 @@ class TaskToWrite(Exception):
     is taken again with the task locked."""
 
 
+@dataclass(frozen=True)
+class Locked:
+    """What a phase locked and read: its task's status and run of failures as read; with `task=True`, the task
+    and the item themselves, locked in that order (`status`: the task's as this phase leaves it)."""
+
+    task_status: str
+    task_failures: int
+    task: Task | None = None
+    item: Item | None = None
+
+    @property
+    def status(self) -> str:
+        return self.task.status if self.task is not None else self.task_status
+
+
 @contextmanager
-def phase(run: ItemRun, *, task: bool = False, ends: bool = False):
+def phase(run: ItemRun, *, task: bool = False, ends: bool = False) -> Iterator[Locked]:
     """One transaction holding the item under this worker's lease (`LeaseLost`
-    if it was taken over); with `task`, the task locked first (`run.locked`:
-    the task and the item). `run.task_status` is the task's status as read.
+    if it was taken over); with `task`, the task locked first. Yields what it
+    locked and read (`Locked`).
 
     With `ends` (the item may end done in this phase) and not `task`, the
     task is held as it is first (`FOR SHARE`): no item of it fails until this
-    phase commits, so `run.task_failures` is the run this success would end.
-    If there is one, `TaskToWrite` is raised before anything is written: the
+    phase commits, so `task_failures` is the run this success would end. If
+    there is one, `TaskToWrite` is raised before anything is written: the
     caller takes the phase again with `task`."""
     with transaction.atomic():
         if task:
-            run.locked = lock_task_and_item(run.item.pk, run.token)
-            run.task_status, run.task_failures = run.locked[0].status, run.locked[0].consecutive_failures
-        else:
-            run.locked = None
-            if ends:
-                task_lock(run.item.pk, hold=True)
-            lock_item(run)
-            if ends and run.task_failures:
-                raise TaskToWrite(f"item {run.item.pk}: a success here ends its task's run of failures")
-        yield run
+            locked_task, item = lock_task_and_item(run.item.pk, run.token)
+            if locked_task is None or item is None:
+                raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over, or the item is gone")
+            yield Locked(locked_task.status, locked_task.consecutive_failures, locked_task, item)
+            return
+        if ends:
+            lock_task_of_item(run.item.pk, hold=True)
+        found = lock_item(run.item.pk, run.token)
+        if found is None:
+            raise LeaseLost(f"item {run.item.pk}: lease {run.token[:8]} was taken over")
+        if ends and found[1]:
+            raise TaskToWrite(f"item {run.item.pk}: a success here ends its task's run of failures")
+        yield Locked(*found)
 
 
 def lease_acquire(item_id: int, attempt: int, token: str, *, served: Helpdesk | None = None,
@@ -106,7 +123,7 @@ def lease_acquire(item_id: int, attempt: int, token: str, *, served: Helpdesk | 
 
 def _lease_acquire(item_id: int, attempt: int, token: str, served, why_unknown: str, *, write: bool):
     with transaction.atomic():
-        task = task_lock(item_id, hold=not write)
+        task = lock_task_of_item(item_id, hold=not write)
         if task is None:
             return "item does not exist", None, None
         # the item (locked) and its checkpoint (read) in one statement
@@ -209,15 +226,19 @@ def item_fail_locked(task: Task, item: Item, *, kind: str, message: str) -> None
         task_maybe_finish(task)
 
 
-def _record_pending(run: ItemRun) -> None:
-    """Inside a phase: the steps the decision did not choose, passed since the
-    last recovery point, are recorded before the item stops, so its cursor
-    points at the step it stopped on."""
-    if run.pending:
-        record_steps(run, run.pending)
+def steps_passed(run: ItemRun) -> list:
+    """The effect steps the decision did not choose, from the checkpoint's cursor up to the step the item is on:
+    recorded (skipped) with its next recovery point, so that its cursor points at the step it stopped on."""
+    return steps_ahead(run.cursor, run.outputs, steps_of(rehearsal=run.item.task.rehearsal))[0]
 
 
-def item_hand_back(run: ItemRun, *, why: str, unsent=None) -> None:
+def _record_passed(run: ItemRun) -> None:
+    passed = steps_passed(run)
+    if passed:
+        record_steps(run, passed)
+
+
+def item_hand_back(run: ItemRun, *, why: str, unsent=None) -> str:
     """This worker stops before its next call (its lease is in doubt, or
     what it calls made it wait too long): the item goes back to the queue as
     its next attempt, and the effect it was about to call (`unsent`,
@@ -225,44 +246,38 @@ def item_hand_back(run: ItemRun, *, why: str, unsent=None) -> None:
     key. Nothing is written if the lease is already gone (the sweep took the
     item over)."""
     try:
-        with phase(run, task=True):
+        with phase(run, task=True) as locked:
             if unsent is not None:
                 effect_not_sent(effect_id=unsent.pk, claim_token=run.token, actor=worker_name(),
                                 note=f"not sent: {why}")
-            item_requeue(run, why=why)
+            item_requeue(run, locked, why=why)
     except LeaseLost:
         pass
     log.warning("item %s handed back: %s; nothing more called or written", run.item.pk, why)
+    return "handed back"
 
 
-def item_requeue(run: ItemRun, *, why: str) -> None:
+def item_requeue(run: ItemRun, locked: Locked, *, why: str) -> str:
     """Inside a phase holding the task: the item goes back to the queue as its next attempt, neither failed
     nor counted toward a suspension (`items_requeue`)."""
-    _record_pending(run)
-    items_requeue(run.locked[0], [run.locked[1]], actor=worker_name(), why=f"handed back: {why}")
-    run.stopped, run.ended = True, "handed back"
+    _record_passed(run)
+    items_requeue(locked.task, [locked.item], actor=worker_name(), why=f"handed back: {why}")
+    return "handed back"
 
 
-def done_locks_task(run: ItemRun) -> bool:
-    """Whether the phase in which the item ends done locks its task first: only to end a run of failures, as
-    the last phase read it (an item that ends otherwise -- failed, waiting for a person -- always does; one
-    that failed since is found by the phase, `phase(ends=True)`)."""
-    return run.task_failures > 0
-
-
-def item_stop(run: ItemRun, *, status: str, event_type: str, reason: str) -> None:
+def item_stop(run: ItemRun, locked: Locked, *, status: str, event_type: str, reason: str) -> str:
     """Inside a phase (the task locked, or for an item done with no run of failures to end, held as it is:
     `phase(ends=True)`): the item leaves this worker as `status` -- waiting for a person, or done -- with
     its event. With the task locked, a success ends its run of failures and the
     task may finish here; without, nothing of the task's is written and its
     finish is looked for once the item's end has committed."""
-    _record_pending(run)
+    _record_passed(run)
     _item_leaves(run, status=status, last_error=reason[:4000],
                  **({"finished_at": timezone.now()} if status == ItemStatus.DONE else {}))
     event_append(task_id=run.item.task_id, item_id=run.item.pk, type=event_type,
                  payload={"status": status, "reason": reason} if reason else {})
-    if run.locked is not None:
-        task = run.locked[0]
+    if locked.task is not None:
+        task = locked.task
         if status == ItemStatus.DONE and task.consecutive_failures:
             task.consecutive_failures = 0  # a success ends the run of failures (the task row is written only then)
             task.save(update_fields=["consecutive_failures", "updated_at"])
@@ -270,7 +285,7 @@ def item_stop(run: ItemRun, *, status: str, event_type: str, reason: str) -> Non
     else:
         task_id = run.item.task_id
         transaction.on_commit(lambda: task_finish_if_idle(task_id), robust=True)  # failed: the sweep finishes it
-    run.stopped, run.ended = True, "done" if status == ItemStatus.DONE else "waiting"
+    return "done" if status == ItemStatus.DONE else "waiting"
 
 
 def _item_leaves(run: ItemRun, **fields) -> None:
@@ -281,30 +296,31 @@ def _item_leaves(run: ItemRun, **fields) -> None:
                                               updated_at=timezone.now(), **fields)
 
 
-def item_fail(run: ItemRun, *, kind: str, message: str) -> None:
+def item_fail(run: ItemRun, locked: Locked, *, kind: str, message: str) -> str:
     """Inside a phase holding the task: the item failed (`item_fail_locked`)."""
-    _record_pending(run)
-    item_fail_locked(*run.locked, kind=kind, message=message)
-    run.stopped, run.ended = True, f"failed ({kind})"
+    _record_passed(run)
+    item_fail_locked(locked.task, locked.item, kind=kind, message=message)
+    return f"failed ({kind})"
 
 
-def phase_fail(run: ItemRun, *, kind, message):
-    with phase(run, task=True):
-        item_fail(run, kind=kind, message=message)
+def phase_fail(run: ItemRun, *, kind, message) -> str:
+    with phase(run, task=True) as locked:
+        return item_fail(run, locked, kind=kind, message=message)
 
 
-def phase_wait(run: ItemRun, *, status, reason, event_type):
-    with phase(run, task=True):
-        item_stop(run, status=status, event_type=event_type, reason=reason)
+def phase_wait(run: ItemRun, *, status, reason, event_type) -> str:
+    with phase(run, task=True) as locked:
+        return item_stop(run, locked, status=status, event_type=event_type, reason=reason)
 
 
-def phase_done(run: ItemRun):
+def phase_done(run: ItemRun) -> str:
+    """The item's end, done: the task held as it is, or locked when this success ends a run of failures."""
     try:
-        with phase(run, task=done_locks_task(run), ends=True):
-            item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
-    except TaskToWrite:  # an item of the task failed since the last phase: this success ends that run
-        with phase(run, task=True):
-            item_stop(run, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
+        with phase(run, ends=True) as locked:
+            return item_stop(run, locked, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
+    except TaskToWrite:  # an item of the task failed: this success ends that run
+        with phase(run, task=True) as locked:
+            return item_stop(run, locked, status=ItemStatus.DONE, event_type=EventType.ITEM_DONE, reason="")
 
 
 # A step's output up to this size (as JSON) is carried by its event; a bigger
@@ -358,55 +374,48 @@ def record_steps(run: ItemRun, steps, tool_calls=(), *, tool_step: str = "", ext
     # condition (anything else moved it: stop).
     if not checkpoint_move(run.item.pk, cursor_from=run.cursor, cursor_to=cursor, outputs=outputs):
         raise LeaseLost(f"item {run.item.pk}: its checkpoint is not at cursor {run.cursor}")
-    run.cursor, run.outputs, run.pending = cursor, outputs, []
+    run.cursor, run.outputs = cursor, outputs
 
 
-def stop_if_task_stopped(run: ItemRun) -> bool:
+def stop_if_task_stopped(run: ItemRun, locked: Locked) -> str:
     """Inside a phase: if its task was paused, suspended or cancelled, hand the
-    item back (queued for a resume, or skipped)."""
-    if run.task_status in ACTIVE_TASK_STATUSES:
-        return False
-    cancelled = run.task_status == TaskStatus.CANCELLED
+    item back (queued for a resume, or skipped): "task stopped"; else ""."""
+    if locked.status in ACTIVE_TASK_STATUSES:
+        return ""
+    cancelled = locked.status == TaskStatus.CANCELLED
     status = ItemStatus.SKIPPED if cancelled else ItemStatus.QUEUED
     _item_leaves(run, status=status, **({"last_error": "task cancelled", "finished_at": timezone.now()}
                                         if cancelled else {}))
     event_append(task_id=run.item.task_id, item_id=run.item.pk,
                  type=EventType.ITEM_SKIPPED if cancelled else EventType.ITEM_STOPPED,
-                 payload={"status": status, "reason": f"task {run.task_status}"})
-    run.stopped, run.ended = True, "task stopped"
-    return True
+                 payload={"status": status, "reason": f"task {locked.status}"})
+    return "task stopped"
 
 
-def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(), chain: Intent | None = None,
-                    usage: dict | None = None, model: str = "") -> None:
+def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(), usage: dict | None = None,
+                    model: str = "") -> str:
     """A step's recovery point: its output (after the unchosen steps before
     it, and before the `skipped` ones that follow it), the cursor advanced;
-    a model step's event names the `model` that served it.
-    With `chain`, the next effect's intent is recorded in the same
-    transaction (`run.chained`): it commits with this recovery point or not
-    at all. If the task stopped (paused, suspended, cancelled), the item is
-    handed back instead (`run.stopped`). A task with a budget counts what
-    the step's calls cost on its row, locked first, and the item's reservation
-    ends (`budget.task_spend_locked`); spending all of the budget suspends the
-    task, and the item is handed back."""
+    a model step's event names the `model` that served it. If the task
+    stopped (paused, suspended, cancelled), the item is handed back instead.
+    A task with a budget counts what the step's calls cost on its row, locked
+    first, and the item's reservation ends (`budget.task_spend_locked`);
+    spending all of the budget suspends the task, and the item is handed back."""
     spends = bool(usage) and run.item.task.has_budget
-    with phase(run, task=spends):
-        record_steps(run, [*run.pending, (step, output), *skipped], tool_calls, tool_step=step, usage=usage,
+    with phase(run, task=spends) as locked:
+        record_steps(run, [*steps_passed(run), (step, output), *skipped], tool_calls, tool_step=step, usage=usage,
                      model=model)
         if spends:
-            task_spend_locked(run.locked[0], run.item.pk, usage)
-            run.task_status = run.locked[0].status
-        if not stop_if_task_stopped(run) and chain is not None:
-            run.chained = (chain, intent_record(chain))
+            task_spend_locked(locked.task, run.item.pk, usage)
+        return stop_if_task_stopped(run, locked)
 
 
-def phase_reserve(run: ItemRun, bound: Bound) -> str:
+def phase_reserve(run: ItemRun, bound: Bound) -> tuple[str, str]:
     """Before a model call of a task with a budget, the task locked, then the item: the call's `bound` reserved
     (`budget.budget_reserve_locked`: RESERVED, or WAIT for the calls in flight), or the item is handed back
-    (STOP: the task reached its budget and is suspended; or the task no longer runs: `run.stopped`)."""
-    with phase(run, task=True):
-        task, item = run.locked
-        answer = budget_reserve_locked(task, item, bound) if task.status in ACTIVE_TASK_STATUSES else STOP
-        run.task_status = task.status
-        stop_if_task_stopped(run)
-        return answer
+    (STOP: the task reached its budget and is suspended; or the task no longer runs); with the task's status."""
+    with phase(run, task=True) as locked:
+        task = locked.task
+        answer = budget_reserve_locked(task, locked.item, bound) if task.status in ACTIVE_TASK_STATUSES else STOP
+        stop_if_task_stopped(run, locked)
+        return answer, task.status

@@ -19,15 +19,9 @@ from ticketagent.pipeline.allowance import CallAllowance, CallRefused
 from ticketagent.pipeline.binding import NOT_THIS_HELPDESK, item_reroute
 from ticketagent.pipeline.lease import HEARTBEATS, ItemRun, Lease, LeaseLost, worker_name
 from ticketagent.pipeline.model_steps import run_model_step
-from ticketagent.pipeline.phases import (
-    item_hand_back,
-    lease_acquire,
-    phase_done,
-    phase_fail,
-    phase_step_done,
-)
-from ticketagent.pipeline.steps import RECORDED, WAIT, chain_intent, run_effect_step, steps_ahead
-from ticketagent.plan import NOT_CHOSEN, chosen_actions, steps_of
+from ticketagent.pipeline.phases import item_hand_back, lease_acquire, phase_done, phase_fail, phase_step_done
+from ticketagent.pipeline.steps import run_effect_step
+from ticketagent.plan import chosen_actions, steps_ahead, steps_of
 from ticketagent.playbooks.services import published_spec
 from ticketagent.stopping import process_stopping
 
@@ -50,10 +44,10 @@ def item_process(*, item_id: int, attempt: int, model=None) -> str:
     lease = Lease(item_id, token, sent)
     HEARTBEATS.add(lease)
     try:
-        run = ItemRun(item=item, token=token, cursor=checkpoint.cursor, outputs=dict(checkpoint.step_outputs),
-                      lease=lease, playbook_version_id=checkpoint.playbook_version_id,
-                      playbook=published_spec(item.playbook_version))
-        return _run_steps(run, model)
+        run = ItemRun(item=item, token=token, lease=lease, cursor=checkpoint.cursor,
+                      outputs=dict(checkpoint.step_outputs))
+        return _run_steps(run, model, spec=published_spec(item.playbook_version),
+                          version_id=checkpoint.playbook_version_id)
     except LeaseLost as exc:
         log.warning("item %s: %s; stopped, nothing more called or written", item_id, exc)
         return f"stopped: {exc}"
@@ -69,33 +63,30 @@ def _served() -> tuple[Helpdesk | None, str]:
         return None, str(exc)
 
 
-def _run_steps(run: ItemRun, model) -> str:
+def _run_steps(run: ItemRun, model, *, spec, version_id: int) -> str:
     """One loop of phases, from the checkpoint's cursor: a model step is
-    "the model → its phase"; an effect step "phase → call → phase"."""
+    "the model → its phase"; an effect step "phase → call → phase" (`steps.run_effect_step`), each under
+    the playbook version `version_id` (`spec`) the checkpoint runs."""
     task = run.item.task
     model = model or get_model_client()
     steps = steps_of(rehearsal=task.rehearsal)  # a rehearsal ends after the decision: nothing is sent
     # a task with a budget: each model call reserves what it can cost first (pipeline/budget.py)
     allowance = CallAllowance(run) if task.has_budget else None
-    cursor = run.cursor  # run.cursor is what the checkpoint holds; the unchosen steps passed are still pending
+    cursor = run.cursor  # run.cursor is what the checkpoint holds; the unchosen steps passed are recorded later
     while cursor < len(steps):
         step = steps[cursor]
+        if step.kind == "effect" and step.name not in chosen_actions(run.outputs):
+            cursor += 1  # recorded (STEP_SKIPPED) with the next recovery point (`phases.steps_passed`)
+            continue
         if step.kind == "effect":
-            if step.name not in chosen_actions(run.outputs):
-                # recorded (STEP_SKIPPED) with the next recovery point
-                run.pending.append((step.name, dict(NOT_CHOSEN)))
-                cursor += 1
-                continue
-            output = run_effect_step(step.name, run, task)
-            if output is not RECORDED and output is not WAIT:
-                phase_step_done(run, step.name, output)
+            ended = run_effect_step(step.name, run, task)
         else:
             if process_stopping():  # the worker is stopping: the model's time is not the worker's grace
                 item_hand_back(run, why=f"{step.name}: the worker is stopping")
                 return f"handed back at {step.name}: the worker is stopping"
             try:
-                output, calls, usage = run_model_step(model, step.name, run.item, run.outputs, spec=run.playbook,
-                                                      version_id=run.playbook_version_id, allowance=allowance)
+                output, calls, usage = run_model_step(model, step.name, run.item, run.outputs, spec=spec,
+                                                      version_id=version_id, allowance=allowance)
             except CallRefused as exc:  # the item was handed back: its task reached its budget or stopped
                 return f"stopped at {step.name}: {exc}"
             except ModelError as exc:
@@ -104,14 +95,13 @@ def _run_steps(run: ItemRun, model) -> str:
                     return f"handed back at {step.name}: {exc.message}"
                 phase_fail(run, kind=exc.kind, message=f"{step.name}: {exc.message}")
                 return f"failed at {step.name}: {exc.kind}"
-            # after the decision: the unchosen steps up to the next that runs,
-            # and that one's intent, commit with this step (chained intents)
+            # after the decision: the unchosen steps up to the next that runs commit with this step
             outputs = {**run.outputs, step.name: output}
-            skipped, after = steps_ahead(cursor + 1, outputs, steps) if "decide" in outputs else ([], cursor + 1)
-            phase_step_done(run, step.name, output, calls, skipped=skipped, usage=usage_priced(usage),
-                            model=model.label, chain=chain_intent(run, task, after, outputs))
-        if run.stopped:
-            return "done" if run.ended == "done" else f"{run.ended} at {step.name}"
+            skipped = steps_ahead(cursor + 1, outputs, steps)[0] if "decide" in outputs else []
+            ended = phase_step_done(run, step.name, output, calls, skipped=skipped, usage=usage_priced(usage),
+                                    model=model.label)
+        if ended:
+            return "done" if ended == "done" else f"{ended} at {step.name}"
         cursor = run.cursor
     phase_done(run)
     return "done"

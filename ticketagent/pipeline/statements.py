@@ -1,12 +1,13 @@
-"""The statements of an item's phases, hand-written: locking the item (and its task) under the lease, moving its
-checkpoint.
+"""The lease's locks and the checkpoint's move: the statements of an item's phases, hand-written, one module.
 
-Every phase of a running item locks it (`lease.lock_item`, 5–7 an item, or
-with its task first, `lease.lock_task_and_item`: a phase that writes the
-task -- an item failed, waiting for a person or handed back, a task that
-spends a budget), the lease holds its task as it is (`FOR SHARE`:
-`phases.lease_acquire`; locked to write only when it must), and every
-recovery point moves its checkpoint (`phases.record_steps`). Said through
+Every phase of a running item locks it (`lock_item`, 5–7 an item, or with
+its task first, `lock_task_and_item`: a phase that writes the task -- an
+item failed, waiting for a person or handed back, a task that spends a
+budget), the lease holds its task as it is (`lock_task_of_item(hold=True)`,
+`FOR SHARE`: `phases.lease_acquire`; locked to write only when it must), and
+every recovery point moves its checkpoint (`checkpoint_move`). Each lock
+answers None when the lease no longer holds the item: the caller
+(`phases.phase`) raises `LeaseLost`. Said through
 the ORM, building them cost a worker 0.7–1.5 ms of CPU each -- more than
 the statements themselves on the server, and, with many items in flight in
 one process, time every other item waits for the interpreter. Here they
@@ -43,7 +44,7 @@ _ITEM_LEASED_LOCK = f"SELECT * FROM {_ITEM} WHERE id = %s AND lease_token = %s A
 _STEP_OUTPUTS = Checkpoint._meta.get_field("step_outputs")
 
 
-def item_lock(item_id: int, token: str) -> tuple[str, int] | None:
+def lock_item(item_id: int, token: str) -> tuple[str, int] | None:
     """Inside a transaction: lock the item if lease `token` still holds it; its task's status and consecutive
     failures (None: it does not)."""
     with connection.cursor() as cursor:
@@ -52,16 +53,16 @@ def item_lock(item_id: int, token: str) -> tuple[str, int] | None:
     return (row[0], row[1]) if row else None
 
 
-def task_lock(item_id: int, *, hold: bool = False) -> Task | None:
+def lock_task_of_item(item_id: int, *, hold: bool = False) -> Task | None:
     """Inside a transaction: the item's task, locked to write it, or with `hold` only held as it is (None: no
     such item)."""
     return next(iter(Task.objects.raw(_TASK_HOLD if hold else _TASK_LOCK, [item_id])), None)
 
 
-def task_and_item_lock(item_id: int, token: str) -> tuple[Task | None, Item | None]:
+def lock_task_and_item(item_id: int, token: str) -> tuple[Task | None, Item | None]:
     """Inside a transaction: the item's task locked, then the item, locked if lease `token` still holds it
     (None for the item: it does not; None for both: no such item)."""
-    task = task_lock(item_id)
+    task = lock_task_of_item(item_id)
     if task is None:
         return None, None
     return task, next(iter(Item.objects.raw(_ITEM_LEASED_LOCK, [item_id, token, ItemStatus.RUNNING])), None)

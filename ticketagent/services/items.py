@@ -166,11 +166,10 @@ def items_requeue(task: Task, items: list[Item], *, actor: str, why: str) -> lis
         item.enqueued_at = None  # not sent yet: the window sends it
         item.last_error = ""
         item.failure_kind = ""
-        item.lease_token = item.lease_owner = ""
-        item.lease_expires_at = None
+        item.lease_clear()
         item.updated_at = now
-    Item.objects.bulk_update(items, ["status", "attempt", "enqueued_at", "last_error", "failure_kind", "lease_token",
-                                     "lease_owner", "lease_expires_at", "updated_at"])
+    Item.objects.bulk_update(items, ["status", "attempt", "enqueued_at", "last_error", "failure_kind",
+                                     *Item.LEASE_FIELDS, "updated_at"])
     events_append([Event(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_REQUEUED, actor=actor,
                          payload={"attempt": item.attempt, "why": why}) for item in items])
     if task.status == TaskStatus.NEEDS_REVIEW:
@@ -194,10 +193,9 @@ def _items_cancelled(task: Task, items: list[Item], *, actor: str, why: str) -> 
         item.finished_at = item.updated_at = now
         item.last_error = "task cancelled"
         item.failure_kind = ""
-        item.lease_token = item.lease_owner = ""
-        item.lease_expires_at = None
-    Item.objects.bulk_update(items, ["status", "finished_at", "last_error", "failure_kind", "lease_token",
-                                     "lease_owner", "lease_expires_at", "updated_at"])
+        item.lease_clear()
+    Item.objects.bulk_update(items, ["status", "finished_at", "last_error", "failure_kind", *Item.LEASE_FIELDS,
+                                     "updated_at"])
     events_append([Event(task_id=task.pk, item_id=item.pk, type=EventType.ITEM_SKIPPED, actor=actor,
                          payload={"status": ItemStatus.SKIPPED, "reason": "task cancelled", "instead_of": why})
                    for item in items])
