@@ -161,7 +161,7 @@ class TestReading:
         body = response.content.decode()
         assert response.status_code == 200
         assert "Write to {{customer_name}}" in body  # the guidance, as written
-        assert "<b>billing</b>" in body and "refund, invoice, charge" in body
+        assert "<b>billing</b>" in body and "refund*, invoice*, charge*" in body
         assert "When category is billing → forbid close_ticket" in body
         assert "Best regards" in body and "the ticket's language" in body
         assert "<summary>Read" in body and "Refunds are issued to the original payment method" in body

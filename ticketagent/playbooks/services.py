@@ -16,7 +16,7 @@ from ticketagent.playbooks.spec import PlaybookInvalid, PlaybookSpec, spec_valid
 from ticketagent.playbooks.standard import standard_spec
 from ticketagent.services import ServiceError
 
-SECTIONS = ("name", "guidance", "categories", "rules", "reply", "checks", "articles")
+SECTIONS = ("name", "guidance", "categories", "facts", "words", "rules", "reply", "checks", "articles")
 
 
 def version_spec(version: PlaybookVersion) -> PlaybookSpec:
