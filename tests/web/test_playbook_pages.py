@@ -345,6 +345,19 @@ class TestSaving:
         assert ("When category is billing and sentiment is negative → require escalate; hold for approval "
                 "notify_customer, close_ticket") in body
 
+    def test_editing_a_rule_keeps_what_the_form_does_not_show(self, client, erin, draft):
+        rule = {"name": "Legal", "when": ["ticket.text contains lawyer"], "any_of": ["category is billing",
+                "category is shipping"], "require": ["escalate"], "escalate_to": {"rt_queue": "finance-legal"},
+                "priority_at_least": "high", "hold_reason": "a lead approves"}
+        draft_update(version_id=draft.pk, changes={"rules": [rule]}, user=erin)
+        client.force_login(erin)
+        data = rules_data([{**rule, "forbid": ["close_ticket"]}])
+        assert client.post(reverse("playbook-rules", args=[draft.pk]), data).status_code == 302
+        [saved] = spec_of(draft).rules
+        assert saved.forbid == ["close_ticket"] and saved.any_of == rule["any_of"]
+        assert saved.escalate_to.rt_queue == "finance-legal" and saved.priority_at_least == "high"
+        assert saved.hold_reason == "a lead approves"
+
     def test_an_article_is_added_changed_and_removed(self, client, erin, draft):
         client.force_login(erin)
         count = draft.articles.count()
