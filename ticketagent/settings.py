@@ -390,7 +390,7 @@ RT_CUSTOM_FIELD = "IdempotencyKey"
 RT_ESCALATION_QUEUE = envstr("RT_ESCALATION_QUEUE")
 RT_ESCALATION_OWNER = envstr("RT_ESCALATION_OWNER")
 RT_ESCALATION_PRIORITY = envint_or_none("RT_ESCALATION_PRIORITY", 100, minimum=0)
-# The agent's statuses (ticketagent.llm.schemas.HelpdeskStatus) as RT statuses.
+# The agent's statuses (ticketagent.vocabulary.HelpdeskStatus) as RT statuses.
 RT_STATUSES = envmap("RT_STATUSES", {"open": "open", "pending": "stalled", "solved": "resolved",
                                      "escalated": "open", "on_hold": "stalled"},
                      keys=("open", "pending", "solved", "escalated", "on_hold"))

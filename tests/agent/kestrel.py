@@ -1,7 +1,10 @@
 """The Kestrel Cycles example (/work/shared/examples/kestrel/: policy.md, tickets.csv) as a playbook and tickets.
 
-Read by the reply-check tests; skipped with the reason where the folder is
-absent (a failure under TICKETAGENT_REQUIRE_ALL=1).
+Read by the reply-check and playbook-rule tests; skipped with the reason
+where the folder is absent (a failure under TICKETAGENT_REQUIRE_ALL=1).
+The shipped playbook (docs/examples/playbook-kestrel.yaml) is the policy as
+rules; `rehearse` runs the offline model and the rules on tickets the way
+the model steps do.
 """
 
 import csv
@@ -9,12 +12,19 @@ import json
 import re
 from pathlib import Path
 
+import yaml
+
 from ticketagent.llm.base import Tools
 from ticketagent.llm.offline import OfflineModel
+from ticketagent.llm.schemas import Triage
+from ticketagent.playbooks.rules import decision_review, triage_review
 from ticketagent.playbooks.spec import PlaybookSpec, spec_validate
 from ticketagent.playbooks.standard import standard_spec
 
 KESTREL = Path("/work/shared/examples/kestrel")
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+PLAYBOOK = EXAMPLES / "playbook-kestrel.yaml"
+REHEARSAL = EXAMPLES / "rehearsal-kestrel.csv"
 PHONES = ["+49 30 5550 1200", "+1 555 0147"]  # policy rule 31: the only numbers a reply may give
 
 
@@ -68,3 +78,28 @@ def offline_drafts(playbook: PlaybookSpec) -> dict[str, tuple[dict, dict]]:
         reply = model.draft(ticket, triage, tools, playbook=playbook)
         out[ticket_id] = (reply.model_dump(), triage.model_dump())
     return out
+
+
+def playbook() -> PlaybookSpec:
+    """The shipped Kestrel playbook: the policy's rules, facts, word lists, checks and articles."""
+    return spec_validate(yaml.safe_load(PLAYBOOK.read_text(encoding="utf-8")))
+
+
+def labelled() -> dict[str, dict]:
+    """The shipped rehearsal file's tickets (tickets.csv with `expected_status`, from expected.md)."""
+    with REHEARSAL.open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {row["ticket_id"]: {**row, "metadata": json.loads(row["metadata"] or "{}")} for row in rows}
+
+
+def rehearse(spec: PlaybookSpec, ticket: dict, model=None) -> tuple[dict, dict]:
+    """What the model steps persist for `ticket` under `spec`: the triage (after the triage rules) and the
+    decision (after the rules and the reply checks)."""
+    model = model or OfflineModel()
+    triage = triage_review(spec, ticket=ticket, triage=model.triage(ticket, playbook=spec).model_dump())
+    plain = Triage.model_validate({k: v for k, v in triage.items() if k in Triage.model_fields})
+    tools = Tools(customer_tickets=list, knowledge_base=_search([a.model_dump() for a in spec.articles]))
+    reply = model.draft(ticket, plain, tools, playbook=spec)
+    decision = model.decide(ticket, plain, reply, playbook=spec)
+    return triage, decision_review(spec, ticket=ticket, triage=triage, reply=reply.model_dump(),
+                                   decision=decision.model_dump())

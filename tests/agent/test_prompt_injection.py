@@ -160,8 +160,10 @@ def test_the_example_injection_tickets_stay_contained(request, settings, sandbox
     effects = assert_contained(task, hostile, sandbox)
     steps = {e.owner_step for e in effects}
     if model == "offline":
-        # urgent tickets: answered and escalated to a person, never closed
-        assert steps == {"save_draft", "notify_customer", "set_status", "escalate"}
+        # answered, never closed; the "urgent" the customer picked is not the offline model's priority (the
+        # playbook's rules decide it), so only a ticket the model itself escalates (an angry billing one) is
+        assert {"save_draft", "notify_customer", "set_status"} <= steps <= {"save_draft", "notify_customer",
+                                                                           "set_status", "escalate"}
     else:
         assert steps == {"save_draft", "notify_customer", "set_status", "escalate", "close_ticket"}
     assert {d["ticket"] for d in sandbox.deliveries()} == {i.ticket_id for i in hostile}

@@ -198,13 +198,13 @@ class TestFormat:
         data["format"] = 1
         data["checks"] = {"min_chars": 40, "scaffolding": True, "made_up_contacts": False, "language": True}
         loaded = spec_validate(data)
-        assert loaded.format == FORMAT == 2 and loaded.checks.made_up_contacts is False
+        assert loaded.format == FORMAT == 3 and loaded.checks.made_up_contacts is False
         assert loaded.checks.promises and loaded.checks.money and loaded.checks.secrets
         assert loaded.checks.promise_phrases == standard_spec().checks.promise_phrases
 
     def test_a_written_file_reads_back_the_same(self):
         text = spec_to_yaml(standard_spec())
-        assert "format: 2" in text and "{date}" in text
+        assert "format: 3" in text and "{date}" in text
         assert spec_validate(spec_from_text(text)) == standard_spec()
 
     def test_a_phrase_list_needs_a_language(self):

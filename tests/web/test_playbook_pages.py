@@ -161,7 +161,7 @@ class TestReading:
         body = response.content.decode()
         assert response.status_code == 200
         assert "Write to {{customer_name}}" in body  # the guidance, as written
-        assert "<b>billing</b>" in body and "refund, invoice, charge" in body
+        assert "<b>billing</b>" in body and "refund*, invoice*, charge*" in body
         assert "When category is billing → forbid close_ticket" in body
         assert "Best regards" in body and "the ticket's language" in body
         assert "<summary>Read" in body and "Refunds are issued to the original payment method" in body
@@ -344,6 +344,19 @@ class TestSaving:
         body = client.get(reverse("playbook-version", args=[draft.pk])).content.decode()
         assert ("When category is billing and sentiment is negative → require escalate; hold for approval "
                 "notify_customer, close_ticket") in body
+
+    def test_editing_a_rule_keeps_what_the_form_does_not_show(self, client, erin, draft):
+        rule = {"name": "Legal", "when": ["ticket.text contains lawyer"], "any_of": ["category is billing",
+                "category is shipping"], "require": ["escalate"], "escalate_to": {"rt_queue": "finance-legal"},
+                "priority_at_least": "high", "hold_reason": "a lead approves"}
+        draft_update(version_id=draft.pk, changes={"rules": [rule]}, user=erin)
+        client.force_login(erin)
+        data = rules_data([{**rule, "forbid": ["close_ticket"]}])
+        assert client.post(reverse("playbook-rules", args=[draft.pk]), data).status_code == 302
+        [saved] = spec_of(draft).rules
+        assert saved.forbid == ["close_ticket"] and saved.any_of == rule["any_of"]
+        assert saved.escalate_to.rt_queue == "finance-legal" and saved.priority_at_least == "high"
+        assert saved.hold_reason == "a lead approves"
 
     def test_an_article_is_added_changed_and_removed(self, client, erin, draft):
         client.force_login(erin)

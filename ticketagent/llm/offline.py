@@ -1,17 +1,23 @@
 """The offline model: deterministic rules that produce the same schemas, so the demo and most tests need no network.
 
 It follows the playbook too: a ticket's category is the first whose
-keywords it contains (else `other`, else the last category), its
-priority the category's default unless the ticket says otherwise, and
-its reply quotes the best knowledge article for the category.
+keywords it mentions (whole words, any case or accent: "down" is not in
+"download"; else `other`, else the last category), its priority the
+category's -- neither the priority the customer picked nor words in the
+text ("URGENT", "mark as urgent") change it: the playbook's rules decide
+the priority --, the facts the playbook asks for are read by pattern
+(`playbooks.facts.facts_extract`; null where none is found), and its
+reply quotes the best knowledge article for the category.
 """
 
 import re
 
 from ticketagent.llm.base import Tools, Usage, one_line_subject
-from ticketagent.llm.schemas import Decision, Reply, Triage
+from ticketagent.llm.schemas import Decision, Reply, Triage, triage_schema
+from ticketagent.playbooks.facts import facts_extract
 from ticketagent.playbooks.spec import PlaybookSpec
 from ticketagent.playbooks.standard import standard_spec
+from ticketagent.playbooks.words import phrase_first
 
 # Only the customer's own request closes a ticket (and closing still needs
 # "allow automatic close" or an operator's approval).
@@ -19,10 +25,7 @@ _CLOSE_REQUESTS = ("close this ticket", "close my ticket", "you can close", "tic
                    "ticket schließen", "fermer ce ticket", "cerrar este ticket", "关闭工单", "クローズしてください")
 
 
-_URGENT = ("urgent", "asap", "immediately", "outage", "down", "dringend", "urgente", "紧急", "至急")
-
-
-_NEGATIVE = ("angry", "terrible", "unacceptable", "worst", "disappointed", "frustrated", "refund", "broken")
+_NEGATIVE = ("angry", "terrible", "unacceptable", "worst", "disappointed", "frustrated", "refund*", "broken")
 
 # A short reply in the ticket's language; English quotes the best article (the articles are English).
 _TEMPLATES = {
@@ -51,19 +54,19 @@ class OfflineModel:
     def triage(self, ticket: dict, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
                allowance=None) -> Triage:
         spec = playbook or standard_spec()
-        text = f"{ticket['subject']}\n{ticket['body']}".lower()
+        text = f"{ticket['subject']}\n{ticket['body']}"
         fallback = spec.category("other") or spec.categories[-1]
-        category = next((c for c in spec.categories if any(w in text for w in c.keywords)), fallback)
-        priority = ticket.get("priority") or "normal"
-        if priority == "normal":
-            priority = category.priority
-        if any(w in text for w in _URGENT):
-            priority = "urgent" if priority in ("high", "urgent") else "high"
-        sentiment = "negative" if any(w in text for w in _NEGATIVE) else (
+        category = next((c for c in spec.categories if phrase_first(text, c.keywords)), fallback)
+        sentiment = "negative" if phrase_first(text, _NEGATIVE) else (
             "positive" if category.name == "feedback" else "neutral")
         first = re.sub(r"\s+", " ", ticket["body"]).strip()[:160]
-        return Triage(category=category.name, priority=priority, sentiment=sentiment,
-                      language=(ticket.get("language") or "und")[:16], summary=first or ticket["subject"][:160])
+        fields = {"category": category.name, "priority": category.priority, "sentiment": sentiment,
+                  "language": (ticket.get("language") or "und")[:16], "summary": first or ticket["subject"][:160]}
+        facts = spec.extracted_facts()
+        if not facts:
+            return Triage(**fields)
+        values, _ = facts_extract(spec, ticket)
+        return triage_schema(tuple(c.name for c in spec.categories), facts).model_validate({**fields, "facts": values})
 
     def draft(self, ticket: dict, triage: Triage, tools: Tools, *, playbook: PlaybookSpec | None = None,
               usage: Usage | None = None, allowance=None) -> Reply:
@@ -85,8 +88,8 @@ class OfflineModel:
         if triage.priority == "urgent" or triage.sentiment == "negative" and triage.category == "billing":
             return Decision(actions=actions + ["escalate"], status="escalated",
                             reason=f"{triage.priority} {triage.category} ticket: a person should follow up")
-        text = f"{ticket['subject']}\n{ticket['body']}".lower()
-        if any(phrase in text for phrase in _CLOSE_REQUESTS):
+        text = f"{ticket['subject']}\n{ticket['body']}"
+        if phrase_first(text, _CLOSE_REQUESTS):
             return Decision(actions=actions + ["close_ticket"], status="solved",
                             reason="the customer asked to close the ticket")
         if triage.category == "feedback":

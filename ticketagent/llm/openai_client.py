@@ -254,7 +254,8 @@ class OpenAIModel:
         spec = playbook or standard_spec()
         return self._parse([{"role": "system", "content": triage_prompt(spec, ticket)},
                             {"role": "user", "content": _ticket_text(ticket)}],
-                           triage_schema(tuple(c.name for c in spec.categories)), usage=usage, allowance=allowance)
+                           triage_schema(tuple(c.name for c in spec.categories), spec.extracted_facts()),
+                           usage=usage, allowance=allowance)
 
     def draft(self, ticket, triage, tools, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
               allowance: Allowance | None = None):

@@ -18,12 +18,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ticketagent.vocabulary import Action, Priority
+from ticketagent.vocabulary import Action, HelpdeskStatus, Priority
 
 SCHEMA_VERSION = 1
 
 Sentiment = Literal["negative", "neutral", "positive"]
-HelpdeskStatus = Literal["open", "pending", "solved", "escalated", "on_hold"]
 
 ALLOWED_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
 
@@ -79,14 +78,30 @@ class Decision(Strict):
     reason: str = Field(default="", max_length=1000)
 
 
-_TRIAGE_SCHEMAS: dict[tuple[str, ...], type[Triage]] = {}
+class MoneyValue(Strict):
+    amount: float
+    currency: str = Field(max_length=8)
 
 
-def triage_schema(categories: tuple[str, ...]) -> type[Triage]:
+# A fact the playbook asks the model to extract in triage: (name, type, options, description); None is "not known".
+FactField = tuple[str, str, tuple[str, ...], str]
+_FACT_TYPES: dict[str, Any] = {"text": str, "number": float, "money": MoneyValue, "date": str, "yes_no": bool}
+_TRIAGE_SCHEMAS: dict[tuple, type[Triage]] = {}
+
+
+def triage_schema(categories: tuple[str, ...], facts: tuple[FactField, ...] = ()) -> type[Triage]:
     """The triage a model must produce under a playbook: its category one of `categories` (an enum in
-    the schema sent). Built once per set of categories."""
-    schema = _TRIAGE_SCHEMAS.get(categories)
+    the schema sent), and with `facts` the values it extracts from the ticket (`facts`, each one of its
+    type or null when the ticket does not say). Built once per set of categories and facts."""
+    key = (categories, facts)
+    schema = _TRIAGE_SCHEMAS.get(key)
     if schema is None:
-        schema = _TRIAGE_SCHEMAS[categories] = create_model(
-            "Triage", __base__=Triage, category=(Literal[categories], ...))  # type: ignore[valid-type]
+        fields: dict[str, Any] = {"category": (Literal[categories], ...)}  # type: ignore[valid-type]
+        if facts:
+            kinds = {name: (Literal[options] if kind == "one_of" else _FACT_TYPES[kind]) | None  # type: ignore
+                     for name, kind, options, _ in facts}
+            model = create_model("Facts", __base__=Strict, **{
+                name: (kinds[name], Field(description=description or name)) for name, _, _, description in facts})
+            fields["facts"] = (model, ...)
+        schema = _TRIAGE_SCHEMAS[key] = create_model("Triage", __base__=Triage, **fields)
     return schema

@@ -1,8 +1,9 @@
 """The model steps (recompute): triage, draft and decide under the item's playbook, and what code adds to them.
 
 The model answers; code then signs the reply (the playbook's signature),
-records the articles the knowledge tool returned, and reviews the decision
-against the playbook's rules and reply checks (`decision_review`): what is
+records the articles the knowledge tool returned, applies the playbook's
+rules to the triage (`triage_review`: category, priority) and reviews the
+decision against its rules and reply checks (`decision_review`): what is
 persisted is what will run, so effects are built from persisted data only.
 """
 
@@ -10,7 +11,7 @@ from ticketagent.llm.base import Allowance, Usage
 from ticketagent.llm.schemas import Decision, Reply, Triage
 from ticketagent.models import Item
 from ticketagent.pipeline.tools import item_tools
-from ticketagent.playbooks.rules import decision_review
+from ticketagent.playbooks.rules import decision_review, triage_review
 from ticketagent.playbooks.spec import PlaybookSpec, placeholders_fill
 
 
@@ -34,8 +35,9 @@ def run_model_step(model, step: str, item: Item, outputs: dict, *, spec: Playboo
     what its model calls cost; each call asks `allowance` first (a task with a budget)."""
     ticket, usage = item_ticket(item), Usage()
     if step == "triage":
-        return model.triage(ticket, playbook=spec, usage=usage, allowance=allowance).model_dump(), [], usage
-    triage = Triage.model_validate(outputs["triage"])
+        triage = model.triage(ticket, playbook=spec, usage=usage, allowance=allowance).model_dump()
+        return triage_review(spec, ticket=ticket, triage=triage), [], usage
+    triage = Triage.model_validate({k: v for k, v in outputs["triage"].items() if k in Triage.model_fields})
     if step == "draft":
         tools = item_tools(item, version_id=version_id)
         reply = model.draft(ticket, triage, tools, playbook=spec, usage=usage, allowance=allowance)

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 from ticketagent.playbooks.spec import PlaybookSpec
 
-KEYED = {"categories": "name", "rules": "name", "articles": "title"}
+KEYED = {"categories": "name", "rules": "name", "articles": "title", "facts": "name"}
+# A rule's fields listed even when empty; its others (format 3: any_of, category, status, ...) only when set.
+RULE_FIELDS_ALWAYS = ("when", "forbid", "require", "approve")
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,9 @@ def spec_fields(spec: PlaybookSpec) -> dict[str, object]:
         if section in KEYED:
             key = KEYED[section]
             for entry in value:
-                _flat({k: v for k, v in entry.items() if k != key}, f"{section}[{entry[key]}]", out)
+                _flat({k: v for k, v in entry.items() if k != key and (
+                    section != "rules" or k in RULE_FIELDS_ALWAYS or v not in (None, [], "", False))},
+                      f"{section}[{entry[key]}]", out)
         else:
             _flat(value, section, out)
     return out

@@ -1,37 +1,30 @@
-"""The playbook's rules applied by code to a decision: actions forbidden, required, or held for a person.
+"""The playbook's rules and reply checks applied by code to a decision: what runs, with which status, where to.
 
-The model chooses actions from the allow-list; the rules decide what runs.
-Nothing a ticket says reaches this code except as a fact a condition
-compares (its fields and metadata): rules are data, checked here, never by
-the model. A forbidden action wins over a required one; an action held
-for approval runs only once a person approved the item.
+The model chooses actions from the allow-list; the rules decide what runs
+(`playbooks.policy`): actions forbidden, required, exactly one of a set, no
+reply, the status, the escalation queue, actions held for a person. A
+forbidden action wins over a required one; an action held for approval
+runs only once a person approved the item.
 """
 
-from ticketagent.plan import EFFECT_STEPS, REPLY_ACTIONS
+from ticketagent.plan import REPLY_ACTIONS
 from ticketagent.playbooks.checks import reply_check
-from ticketagent.playbooks.conditions import facts_of
+from ticketagent.playbooks.policy import decision_rules, triage_rules
 from ticketagent.playbooks.spec import PlaybookSpec
 
+__all__ = ["decision_review", "rules_apply", "triage_review"]
 
-def rules_apply(spec: PlaybookSpec, *, ticket: dict, triage: dict, chosen: list[str]) -> dict:
-    """The actions that run (in plan order), those held for approval (action -> why), and one
-    entry per rule that matched: what it changed."""
-    facts = facts_of(ticket=ticket, triage=triage)
-    matched = [rule for rule in spec.rules if all(c.holds(facts) for c in rule.conditions())]
-    wanted = set(chosen).union(*(rule.require for rule in matched))
-    forbidden = set().union(*(rule.forbid for rule in matched))
-    actions = wanted - forbidden
-    held: dict[str, str] = {}
-    applied = []
-    for rule in matched:
-        entry = {"rule": rule.name,
-                 "forbade": [a for a in rule.forbid if a in wanted],
-                 "required": [a for a in rule.require if a not in chosen and a in actions],
-                 "held": [a for a in rule.approve if a in actions]}
-        for action in entry["held"]:
-            held.setdefault(action, f"rule \u201c{rule.name}\u201d")
-        applied.append({key: value for key, value in entry.items() if value or key == "rule"})
-    return {"actions": [a for a in EFFECT_STEPS if a in actions], "held": held, "rules": applied}
+
+def rules_apply(spec: PlaybookSpec, *, ticket: dict, triage: dict, chosen: list[str], status: str | None = None,
+                ) -> dict:
+    """The actions that run (in plan order), those held for approval (action -> why), the status and the
+    escalation queue, and one entry per rule that matched: what it changed."""
+    return decision_rules(spec, ticket=ticket, triage=triage, chosen=chosen, status=status)
+
+
+def triage_review(spec: PlaybookSpec, *, ticket: dict, triage: dict) -> dict:
+    """The triage step's output: the model's triage with the category and priority the rules decide."""
+    return triage_rules(spec, ticket=ticket, triage=triage)
 
 
 def decision_review(spec: PlaybookSpec, *, ticket: dict, triage: dict, reply: dict, decision: dict) -> dict:
@@ -39,19 +32,28 @@ def decision_review(spec: PlaybookSpec, *, ticket: dict, triage: dict, reply: di
 
     `actions` run (in plan order); `held` (action -> why) wait for a person's
     approval -- an action a rule holds, and the actions that carry the reply
-    when a reply check failed; `chosen` is what the model asked for, `rules`
-    what each matching rule changed, `checks` the failed reply checks, and
-    `escalate_to` where the category's escalation goes."""
-    plan = rules_apply(spec, ticket=ticket, triage=triage, chosen=list(decision["actions"]))
+    when a reply check failed; `status` is what `set_status` sets (None when
+    it does not run); `chosen` is what the model asked for, `rules` what each
+    matching rule changed, `decided_by` which rule decided what, `checks` the
+    failed reply checks, and `escalate_to` where the escalation goes (the
+    rule's queue, else the category's)."""
+    plan = rules_apply(spec, ticket=ticket, triage=triage, chosen=list(decision["actions"]),
+                       status=decision.get("status"))
     checks = reply_check(spec, reply=reply, ticket=ticket, triage=triage)
     held = dict(plan["held"])
-    if checks:
+    if checks and any(action in plan["actions"] for action in REPLY_ACTIONS):
         why = "reply check: " + ", ".join(check["check"] for check in checks)
         held.update({action: why for action in REPLY_ACTIONS if action in plan["actions"] and action not in held})
-    out = {"actions": plan["actions"], "status": decision.get("status"), "reason": decision.get("reason", ""),
+    status = plan["status"] if "set_status" in plan["actions"] else None
+    out = {"actions": plan["actions"], "status": status, "reason": decision.get("reason", ""),
            "chosen": list(decision["actions"]), "rules": plan["rules"], "checks": checks, "held": held}
+    if decision.get("status") != status and "status" in plan["decided_by"]:
+        out["chosen_status"] = decision.get("status")
+    if plan["decided_by"]:
+        out["decided_by"] = plan["decided_by"]
     category = spec.category(triage.get("category", ""))
-    target = {key: value for key, value in category.escalate_to.model_dump().items() if value} if category else {}
+    target = plan["escalate_to"] or (
+        {key: value for key, value in category.escalate_to.model_dump().items() if value} if category else {})
     if target and "escalate" in plan["actions"]:
         out["escalate_to"] = target
     return out

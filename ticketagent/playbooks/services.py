@@ -16,7 +16,7 @@ from ticketagent.playbooks.search import article_vectors_refresh
 from ticketagent.playbooks.spec import PlaybookInvalid, PlaybookSpec, spec_validate
 from ticketagent.playbooks.standard import standard_spec
 
-SECTIONS = ("name", "guidance", "categories", "rules", "reply", "checks", "articles")
+SECTIONS = ("name", "guidance", "categories", "facts", "words", "rules", "reply", "checks", "articles")
 
 
 def version_spec(version: PlaybookVersion) -> PlaybookSpec:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 REQUIRED_COLUMNS = ("ticket_id", "customer_email", "subject", "body")
 OPTIONAL_COLUMNS = ("customer_name", "priority", "language", "metadata")
 # what a rehearsal compares its decisions with (docs/upload-format.md, "Expected labels")
-EXPECTED_COLUMNS = ("expected_category", "expected_priority", "expected_actions")
+EXPECTED_COLUMNS = ("expected_category", "expected_priority", "expected_actions", "expected_status")
 ALL_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS + EXPECTED_COLUMNS
 PRIORITIES = ("low", "normal", "high", "urgent")
 FIELD_LIMITS = {

@@ -12,7 +12,7 @@ import re
 
 from django.core.validators import EmailValidator
 
-from ticketagent.llm.schemas import ALLOWED_ACTIONS
+from ticketagent.llm.schemas import ALLOWED_ACTIONS, HelpdeskStatus
 from ticketagent.upload.rows import (
     ALL_COLUMNS,
     EXPECTED_COLUMNS,
@@ -33,6 +33,8 @@ _TICKET_ID_RE = re.compile(r"[A-Za-z0-9._:/#-]+")
 _email_validator = EmailValidator()
 _ACTION_SPLIT = re.compile(r"[\s,;]+")
 _CATEGORY_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+# what `expected_status` may say: a helpdesk status, or none (set_status does not run: closed, or no answer)
+EXPECTED_STATUSES = (*HelpdeskStatus.__args__, "none")  # type: ignore[attr-defined]
 
 
 def _bad_text(value: str) -> str | None:
@@ -155,13 +157,17 @@ class RowValidator:
             self.errors.add(row, column, f"{show_value(value)} is not a category name (lower-case letters, "
                                          f"digits, - and _)")
             return None
+        if column == "expected_status" and value and value.lower() not in EXPECTED_STATUSES:
+            self.errors.add(row, column, f"{show_value(value)} is not a status; statuses are "
+                                         f"{', '.join(EXPECTED_STATUSES)} (none: no status is set)")
+            return None
         if column == "expected_actions":
             unknown = sorted(set(_ACTION_SPLIT.split(value)) - set(ALLOWED_ACTIONS) - {""})
             if unknown:
                 self.errors.add(row, column, f"unknown action {show_value(unknown[0])}; actions are "
                                              f"{', '.join(ALLOWED_ACTIONS)}")
                 return None
-        return value.lower() if column == "expected_category" else value
+        return value.lower() if column in ("expected_category", "expected_status") else value
 
     def _ticket_id(self, row: int, value: str) -> str | None:
         if not _TICKET_ID_RE.fullmatch(value):

@@ -159,7 +159,10 @@ class RuleForm(forms.Form):
         data = self.cleaned_data
         lines = (data["when"] or "").splitlines()
         self.when_lines = [n for n, line in enumerate(lines, start=1) if line.strip()]  # condition -> its line
-        return {"name": data["name"], "when": [line for line in lines if line.strip()],
+        # A rule's fields this form does not edit (format 3: any_of, none_of, priority, status, escalate_to, ...)
+        # are kept as they were: editing a rule's conditions or actions never drops what it decides.
+        kept = {key: value for key, value in (self.initial or {}).items() if key not in self.fields}
+        return {**kept, "name": data["name"], "when": [line for line in lines if line.strip()],
                 **{key: list(data[key]) for key in RULE_ACTIONS}}
 
     def field_of(self, path: str | None) -> str | None:

@@ -26,7 +26,7 @@ from ticketagent.upload.rows import PRIORITIES
 
 PAGE_SIZE = 50
 DISAGREEMENTS_SHOWN = 200
-FIELDS = ("category", "priority", "actions")  # what a file's expected labels may say
+FIELDS = ("category", "priority", "status", "actions")  # what a file's expected labels may say
 
 
 # --------------------------------------------------------------------------- shapes
@@ -127,14 +127,23 @@ def _agreement(expected: dict, triage: dict, decide: dict | None) -> dict[str, b
     for name in ("category", "priority"):
         if expected.get(name):
             out[name] = (triage or {}).get(name) == expected[name]
+    if expected.get("status"):
+        out["status"] = _status(decide) == expected["status"]
     if expected.get("actions"):
         out["actions"] = set(decide.get("actions") or ()) == set(expected["actions"])
     return out
 
 
+def _status(decide: dict) -> str:
+    """The status a decision sets: none when set_status does not run."""
+    return (decide.get("status") or "pending") if "set_status" in (decide.get("actions") or ()) else "none"
+
+
 def _got(name: str, triage: dict, decide: dict) -> str:
     if name == "actions":
         return ", ".join(decide.get("actions") or ()) or "none"
+    if name == "status":
+        return _status(decide or {})
     return str((triage or {}).get(name) or "—")
 
 
