@@ -10,6 +10,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from ticketagent.llm.clients import get_model_client
+from ticketagent.llm.fit import playbook_fit_problem
 from ticketagent.playbooks.models import Article, Playbook, PlaybookVersion, VersionStatus
 from ticketagent.playbooks.search import article_vectors_refresh
 from ticketagent.playbooks.spec import PlaybookInvalid, PlaybookSpec, spec_validate
@@ -120,10 +122,15 @@ def _rename(playbook: Playbook, name: str) -> None:
 
 
 def version_publish(*, version_id: int, user=None) -> PlaybookVersion:
-    """Freeze a draft: published, with the hash of its whole spec, who and when."""
+    """Freeze a draft: published, with the hash of its whole spec, who and when. A version whose prompts
+    cannot fit the model's context (as its endpoint says; llm/fit.py) is refused with the numbers."""
+    context = get_model_client().context()  # asked before the draft is locked: the endpoint may take seconds
     with transaction.atomic():
         version = _draft_locked(version_id)
         spec = spec_validate(version_spec(version).model_dump(mode="json"))
+        problem = playbook_fit_problem(spec, context)
+        if problem:
+            raise ServiceError(f"{version.label} is not published: {problem}")
         version.status = VersionStatus.PUBLISHED
         version.content_hash = spec.content_hash()
         version.published_by = user
