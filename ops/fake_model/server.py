@@ -54,6 +54,12 @@ behaviour taken from the script queue, else the default mode:
     429           rate limited, with `retry-after: <retry_after>` (default "0")
     500, 503, 400, 401, ...   that HTTP error with an OpenAI-style error body
 
+With `n_ctx` set (`configure(n_ctx=2048)`), as llama-server with that
+context: `GET /props` says it (unless `props=False`), and a request whose
+prompt takes n_ctx tokens or more (a quarter of its messages' bytes) is
+refused with llama-server's HTTP 400 "request (N tokens) exceeds the
+available context size (n_ctx tokens)" (counted as behaviour "400").
+
 Requests are also checked the way a strict server would: unknown keys in
 messages or tool calls, tool results without a matching call, non-strict
 tools, or a json_schema outside the strict subset (an object without every
@@ -133,6 +139,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path.rstrip("/") == "/_bench/counts":
             self._send(200, {"completions": fake.calls, "latency": fake.latency,
                              "rate_limited": fake.by_behaviour["429"]})
+        elif self.path.rstrip("/") == "/props" and fake.n_ctx and fake.props:
+            self._send(200, {"default_generation_settings": {"n_ctx": fake.n_ctx, "params": {"n_predict": -1}},
+                             "total_slots": 1, "model_alias": "fake-model"})
         elif self.path.rstrip("/") in ("/v1/models", "/models"):
             self._send(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
         else:
@@ -175,6 +184,12 @@ class _Handler(BaseHTTPRequestHandler):
         fake.record(body, behaviour_recorded)
         if problem:
             return self._send(400, error_body(400, problem))
+        if fake.n_ctx and prompt_tokens(body) >= fake.n_ctx:  # llama-server's words and body
+            fake.record(body, "400")
+            return self._send(400, {"error": {
+                "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": prompt_tokens(body),
+                "n_ctx": fake.n_ctx, "message": f"request ({prompt_tokens(body)} tokens) exceeds the available "
+                                                f"context size ({fake.n_ctx} tokens), try increasing it"}})
         if behaviour.isdigit():
             status = int(behaviour)
             headers = {"retry-after": fake.retry_after} if status == 429 else {}
@@ -189,6 +204,11 @@ class _Handler(BaseHTTPRequestHandler):
         if fake.latency > 0:  # answered `latency` after the request arrived, its own work included
             fake.stopping.wait(max(0.0, self.arrived + fake.latency_drawn() - time.monotonic()))
         self._send(200, answer, fake.rpm_headers())
+
+
+def prompt_tokens(body: dict) -> int:
+    """A request's prompt tokens as the fake counts them: a quarter of its messages' and tools' bytes."""
+    return len(json.dumps([body.get("messages"), body.get("tools")], ensure_ascii=False).encode()) // 4
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -281,6 +301,10 @@ class FakeOpenAIServer:
             self.by_schema: collections.Counter[str] = collections.Counter()
             self.requests: list[dict] = []
             self.keep_requests = getattr(self, "keep_requests", True)
+            # as llama-server: a context of n_ctx tokens (0: none), said at GET /props when `props`, and a
+            # prompt of more tokens (counted as a quarter of its messages' bytes) refused with its HTTP 400
+            self.n_ctx = 0
+            self.props = True
 
     def script(self, behaviours: list[str]) -> None:
         """Queue behaviours for the next requests (after those already queued)."""
@@ -289,7 +313,7 @@ class FakeOpenAIServer:
 
     def configure(self, *, mode: str | None = None, script: list[str] | None = None, reset: bool = False,
                   retry_after: str | None = None, answers: dict | None = None, refusal_text: str | None = None,
-                  **_ignored) -> None:
+                  n_ctx: int | None = None, props: bool | None = None, **_ignored) -> None:
         if reset:
             self.reset()
         with self._lock:
@@ -303,6 +327,10 @@ class FakeOpenAIServer:
                 self.answers.update(answers)
             if refusal_text is not None:
                 self.refusal_text = refusal_text
+            if n_ctx is not None:
+                self.n_ctx = n_ctx
+            if props is not None:
+                self.props = props
 
     def over_rpm(self) -> dict | None:
         """With `rpm`: count this request in its (wall-clock) minute; the headers of a 429 when the minute's

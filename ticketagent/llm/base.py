@@ -19,6 +19,7 @@ class ModelError(Exception):
         "connection": "model connection error",
         "server": "model server error",
         "bad_request": "model rejected the request",
+        "context": "the prompt does not fit the model's context",
         "auth": "model authentication failed",
         "schema": "model output did not match the schema",
         "step_limit": "step limit",

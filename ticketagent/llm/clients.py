@@ -3,6 +3,7 @@
 from django.conf import settings
 
 from ticketagent.llm.base import endpoint_label
+from ticketagent.llm.fit import playbook_fit_problem
 from ticketagent.llm.offline import OfflineModel
 from ticketagent.llm.openai_client import OpenAIModel
 
@@ -37,3 +38,11 @@ def model_label() -> str:
     if not settings.OPENAI_API_KEY:
         return OfflineModel.label
     return endpoint_label(settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
+
+
+def publish_fit():
+    """The check a playbook's publish runs (`playbooks.services.version_publish(fits=…)`): the model's context
+    asked once, before the draft is locked (the endpoint may take seconds), then why a spec's prompts cannot fit
+    it, with the numbers ("" when they fit, or when the endpoint does not say)."""
+    context = get_model_client().context()
+    return lambda spec: playbook_fit_problem(spec, context)

@@ -51,6 +51,11 @@ _TEMPLATES = {
 class OfflineModel:
     label = "offline model"
 
+    @staticmethod
+    def context() -> None:
+        """No context to fit: the rules read the whole ticket."""
+        return None
+
     def triage(self, ticket: dict, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
                allowance=None) -> Triage:
         spec = playbook or standard_spec()

@@ -7,6 +7,7 @@ import time
 from django.conf import settings
 from pydantic import ValidationError
 
+from ledger.channels.redact import redact
 from ticketagent.governor import Waited, governor_for
 from ticketagent.llm.base import (
     MAX_COMPLETION_TOKENS,
@@ -18,7 +19,17 @@ from ticketagent.llm.base import (
     one_line_subject,
     prompt_tokens_bound,
 )
-from ticketagent.llm.prompts import decide_prompt, draft_prompt, triage_prompt
+from ticketagent.llm.context import Context, context_asked, context_cached, messages_tokens
+from ticketagent.llm.fit import messages_fit, results_fit, too_long, tool_room
+from ticketagent.llm.prompts import (
+    TOOL_SPECS,
+    decide_prompt,
+    decide_user,
+    draft_prompt,
+    draft_user,
+    ticket_text,
+    triage_prompt,
+)
 from ticketagent.llm.schemas import Decision, Reply, triage_schema
 from ticketagent.playbooks.spec import PlaybookSpec
 from ticketagent.playbooks.standard import standard_spec
@@ -26,23 +37,7 @@ from ticketagent.stopping import on_process_stop, process_stopping
 
 log = logging.getLogger(__name__)
 
-
-TOOL_SPECS = [
-    {"type": "function", "function": {
-        "name": "customer_tickets",
-        "description": "The same customer's other tickets in this batch (read-only).",
-        "strict": True, "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}},
-    {"type": "function", "function": {
-        "name": "knowledge_base",
-        "description": "The team's knowledge articles best matching a query (read-only): title and text.",
-        "strict": True, "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
-                       "required": ["query"], "additionalProperties": False}}},
-]
-
-
-def _ticket_text(ticket: dict) -> str:
-    return json.dumps({k: ticket[k] for k in ("ticket_id", "subject", "body", "priority", "language")},
-                      ensure_ascii=False)
+REASON_MAX_CHARS = 300  # a refused request's reason as the item shows it
 
 
 _RESPONSE_FORMATS: dict[type, dict] = {}
@@ -68,6 +63,24 @@ def _retry_after(response) -> float | None:
         except (TypeError, ValueError):
             continue
     return None
+
+
+def server_reason(exc) -> str:
+    """What the server said when it refused a request (its error's `message`, else its body's text), on one
+    line, at most REASON_MAX_CHARS, with every configured secret and credential-looking token redacted."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        text = inner.get("message") if isinstance(inner, dict) else inner
+    else:
+        text = body
+    if not isinstance(text, str) or not text.strip():
+        try:
+            text = exc.response.text
+        except Exception:  # noqa: BLE001 - no body to read: the status says it all
+            text = ""
+    text = " ".join(redact(str(text or "")).split())
+    return text if len(text) <= REASON_MAX_CHARS else text[:REASON_MAX_CHARS - 1] + "…"
 
 
 def _validation_summary(exc: ValidationError) -> str:
@@ -113,7 +126,8 @@ class OpenAIModel:
         task with a budget), the call's bound is reserved first, once for all its retries."""
         o, failures = self._openai, 0
         if allowance is not None:
-            allowance.reserve(prompt_tokens=prompt_tokens_bound(request), completion_tokens=MAX_COMPLETION_TOKENS)
+            allowance.reserve(prompt_tokens=prompt_tokens_bound(request),
+                              completion_tokens=request.get("max_completion_tokens", MAX_COMPLETION_TOKENS))
         give_up = time.monotonic() + settings.MODEL_WAIT_SECONDS
         try:
             while True:
@@ -162,15 +176,22 @@ class OpenAIModel:
         if isinstance(exc, (o.AuthenticationError, o.PermissionDeniedError)):
             return ModelError("auth", f"the model API refused the credentials (HTTP {exc.status_code})")
         if isinstance(exc, o.APIStatusError):
-            return ModelError("bad_request", f"the model API rejected the request (HTTP {exc.status_code})")
+            why = server_reason(exc)
+            return ModelError("bad_request", f"the model API rejected the request (HTTP {exc.status_code})"
+                                             + (f": {why}" if why else ""))
         if isinstance(exc, ValidationError):
             return ModelError("schema", f"the model's answer did not match the schema: {_validation_summary(exc)}")
         if isinstance(exc, ValueError):
             return ModelError("schema", f"the model's answer did not match the schema: {str(exc)[:300]}")
         return ModelError("server", f"{type(exc).__name__}: {str(exc)[:300]}")
 
+    def context(self) -> Context | None:
+        """The model's context as its endpoint says (llm/context.py), None where it says none."""
+        return context_cached(self.governor.r, self.governor.endpoint,
+                              lambda: context_asked(settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, self.model))
+
     def _parse(self, messages: list, schema, *, tools: Tools | None = None, usage: Usage | None = None,
-               allowance: Allowance | None = None):
+               allowance: Allowance | None = None, context: Context | None = None, category: str = ""):
         """One structured answer.
 
         The request carries the schema's strict `response_format` as it is
@@ -179,17 +200,21 @@ class OpenAIModel:
         rebuilding the schema on every call. Rate limits, timeouts, dropped
         connections and 5xx are `_create()`'s (the governor's waits and quick
         retries); this loop adds one retry for an answer that does not match the schema, and runs
-        the read-only tools the model asks for. A model still asking for tools
-        on its AGENT_MAX_STEPS-th turn stops the step with kind "step_limit".
+        the read-only tools the model asks for, their results cut to the room the `context` leaves (the
+        ticket's `category`'s articles first); the answer may take the context's answer tokens. A model
+        still asking for tools on its AGENT_MAX_STEPS-th turn stops the step with kind "step_limit".
         """
         schema_failures = 0
         turns = 0
         kwargs = {"tools": TOOL_SPECS} if tools is not None else {}
+        answer_tokens = context.answer_tokens if context is not None else MAX_COMPLETION_TOKENS
         while True:
             turns += 1
+            if context is not None and messages_tokens(messages, kwargs.get("tools")) > context.prompt_tokens:
+                raise too_long(messages_tokens(messages, kwargs.get("tools")) + answer_tokens, context)
             try:
                 completion = self._create(usage, allowance, model=self.model, messages=messages,
-                                          max_completion_tokens=MAX_COMPLETION_TOKENS,
+                                          max_completion_tokens=answer_tokens,
                                           extra_body={"response_format": response_format(schema)}, **kwargs)
                 if not completion.choices:
                     raise ValueError("the model API returned no choices")
@@ -206,7 +231,7 @@ class OpenAIModel:
                     if turns >= self.max_steps:
                         raise ModelError("step_limit", f"step limit: the model still asked for tools after "
                                                        f"{turns} turns (AGENT_MAX_STEPS={self.max_steps})")
-                    self._run_tools(messages, message, tools)
+                    self._run_tools(messages, message, tools, context=context, category=category)
                     continue
                 if message.refusal:
                     raise ValueError(f"the model refused: {message.refusal}")
@@ -225,8 +250,9 @@ class OpenAIModel:
                 raise self._classify(exc) from None
 
     @staticmethod
-    def _run_tools(messages: list, message, tools: Tools) -> None:
-        """Echo the assistant's tool calls and append each tool's result.
+    def _run_tools(messages: list, message, tools: Tools, *, context: Context | None = None,
+                   category: str = "") -> None:
+        """Echo the assistant's tool calls and append each tool's result (within the room `context` leaves).
 
         Arguments that are not JSON are a schema failure (ValueError), found
         before anything is appended. The echo is built field by field: only
@@ -246,30 +272,30 @@ class OpenAIModel:
             for c in calls]})
         for call, args in zip(calls, arguments, strict=True):
             result = tools.run(call.function.name, args if isinstance(args, dict) else {})
-            messages.append({"role": "tool", "tool_call_id": call.id,
-                             "content": json.dumps(result, ensure_ascii=False, default=str)[:8000]})
+            room = tool_room(messages, context, TOOL_SPECS)
+            content = (json.dumps(result, ensure_ascii=False, default=str) if room is None
+                       else results_fit(result, max(0, room), category=category))
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": content[:8000]})
 
     def triage(self, ticket, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
                allowance: Allowance | None = None):
-        spec = playbook or standard_spec()
-        return self._parse([{"role": "system", "content": triage_prompt(spec, ticket)},
-                            {"role": "user", "content": _ticket_text(ticket)}],
-                           triage_schema(tuple(c.name for c in spec.categories), spec.extracted_facts()),
-                           usage=usage, allowance=allowance)
+        spec, context = playbook or standard_spec(), self.context()
+        messages = messages_fit([{"role": "system", "content": triage_prompt(spec, ticket)}], ticket, ticket_text,
+                                context)
+        schema = triage_schema(tuple(c.name for c in spec.categories), spec.extracted_facts())
+        return self._parse(messages, schema, usage=usage, allowance=allowance, context=context)
 
     def draft(self, ticket, triage, tools, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
               allowance: Allowance | None = None):
-        spec = playbook or standard_spec()
-        return one_line_subject(self._parse([
-            {"role": "system", "content": draft_prompt(spec, ticket)},
-            {"role": "user", "content": _ticket_text(ticket) + "\nTriage: " + triage.model_dump_json()},
-        ], Reply, tools=tools, usage=usage, allowance=allowance))
+        spec, context = playbook or standard_spec(), self.context()
+        messages = messages_fit([{"role": "system", "content": draft_prompt(spec, ticket)}], ticket,
+                                lambda t: draft_user(t, triage), context, TOOL_SPECS)
+        return one_line_subject(self._parse(messages, Reply, tools=tools, usage=usage, allowance=allowance,
+                                            context=context, category=triage.category))
 
     def decide(self, ticket, triage, reply, *, playbook: PlaybookSpec | None = None, usage: Usage | None = None,
                allowance: Allowance | None = None):
-        spec = playbook or standard_spec()
-        return self._parse([
-            {"role": "system", "content": decide_prompt(spec, ticket)},
-            {"role": "user", "content": _ticket_text(ticket) + "\nTriage: " + triage.model_dump_json()
-             + "\nReply: " + reply.model_dump_json()},
-        ], Decision, usage=usage, allowance=allowance)
+        spec, context = playbook or standard_spec(), self.context()
+        messages = messages_fit([{"role": "system", "content": decide_prompt(spec, ticket)}], ticket,
+                                lambda t: decide_user(t, triage, reply), context)
+        return self._parse(messages, Decision, usage=usage, allowance=allowance, context=context)

@@ -1,4 +1,7 @@
-"""The instructions a model is given: the product's own ground rules (code) and the playbook's guidance, per ticket."""
+"""The instructions a model is given: the product's own ground rules (code) and the playbook's guidance, per ticket;
+the ticket as its message, and the read-only tools it may call."""
+
+import json
 
 from ticketagent.llm.schemas import ALLOWED_ACTIONS
 from ticketagent.playbooks.spec import PlaybookSpec, placeholders_fill
@@ -43,3 +46,29 @@ def draft_prompt(spec: PlaybookSpec, ticket: dict) -> str:
 
 def decide_prompt(spec: PlaybookSpec, ticket: dict) -> str:
     return _with_guidance("Choose the actions to take for this ticket.", spec, ticket)
+
+
+TOOL_SPECS = [
+    {"type": "function", "function": {
+        "name": "customer_tickets",
+        "description": "The same customer's other tickets in this batch (read-only).",
+        "strict": True, "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "knowledge_base",
+        "description": "The team's knowledge articles best matching a query (read-only): title and text.",
+        "strict": True, "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                       "required": ["query"], "additionalProperties": False}}},
+]
+
+
+def ticket_text(ticket: dict) -> str:
+    return json.dumps({k: ticket[k] for k in ("ticket_id", "subject", "body", "priority", "language")},
+                      ensure_ascii=False)
+
+
+def draft_user(ticket: dict, triage) -> str:
+    return ticket_text(ticket) + "\nTriage: " + triage.model_dump_json()
+
+
+def decide_user(ticket: dict, triage, reply) -> str:
+    return ticket_text(ticket) + "\nTriage: " + triage.model_dump_json() + "\nReply: " + reply.model_dump_json()

@@ -6,6 +6,8 @@ with its field). A published version is frozen: every write here locks the
 version and refuses one that is not a draft.
 """
 
+from collections.abc import Callable
+
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -119,11 +121,17 @@ def _rename(playbook: Playbook, name: str) -> None:
     playbook.save(update_fields=["name"])
 
 
-def version_publish(*, version_id: int, user=None) -> PlaybookVersion:
-    """Freeze a draft: published, with the hash of its whole spec, who and when."""
+def version_publish(*, version_id: int, user=None, fits: Callable[[PlaybookSpec], str] | None = None,
+                    ) -> PlaybookVersion:
+    """Freeze a draft: published, with the hash of its whole spec, who and when. `fits` says why a spec's
+    prompts cannot fit the model's context, with the numbers (`llm.clients.publish_fit()`, which asks the
+    endpoint before the draft is locked); a version it names a problem for is refused."""
     with transaction.atomic():
         version = _draft_locked(version_id)
         spec = spec_validate(version_spec(version).model_dump(mode="json"))
+        problem = fits(spec) if fits else ""
+        if problem:
+            raise ServiceError(f"{version.label} is not published: {problem}")
         version.status = VersionStatus.PUBLISHED
         version.content_hash = spec.content_hash()
         version.published_by = user
@@ -141,9 +149,11 @@ def draft_discard(*, version_id: int) -> None:
         version.delete()
 
 
-def playbook_import(*, data, user=None, publish: bool = False) -> PlaybookVersion:
+def playbook_import(*, data, user=None, publish: bool = False,
+                    fits: Callable[[PlaybookSpec], str] | None = None) -> PlaybookVersion:
     """A playbook file's spec (a dict) as the draft of the playbook of its name (created if new);
-    published at once with `publish`. A file that does not validate changes nothing."""
+    published at once with `publish` (`fits` as for `version_publish`). A file that does not validate
+    changes nothing."""
     spec = spec_validate(data)
     with transaction.atomic():
         playbook = Playbook.objects.filter(name=spec.name).first()
@@ -154,7 +164,7 @@ def playbook_import(*, data, user=None, publish: bool = False) -> PlaybookVersio
             version = draft_update(version_id=version.pk, changes=spec.model_dump(mode="json", exclude={"format"}),
                                    user=user)
         if publish:
-            version = version_publish(version_id=version.pk, user=user)
+            version = version_publish(version_id=version.pk, user=user, fits=fits)
     return version
 
 

@@ -15,6 +15,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from ticketagent.llm.clients import publish_fit
 from ticketagent.playbooks import services as playbook_services
 from ticketagent.playbooks.files import spec_to_yaml
 from ticketagent.playbooks.spec import PlaybookInvalid
@@ -54,7 +55,8 @@ def playbook_import_view(request):
     if form.is_valid():
         try:
             version = playbook_services.playbook_import(data=form.spec_data(), user=request.user,
-                                                        publish=form.cleaned_data["publish"])
+                                                        publish=form.cleaned_data["publish"],
+                                                        fits=publish_fit() if form.cleaned_data["publish"] else None)
         except PlaybookInvalid as exc:
             errors = exc.errors
         except ServiceError as exc:
@@ -190,7 +192,7 @@ def version_publish(request, pk):
     require_editor(request)
     version = selectors.version_or_404(pk)
     try:
-        playbook_services.version_publish(version_id=version.pk, user=request.user)
+        playbook_services.version_publish(version_id=version.pk, user=request.user, fits=publish_fit())
     except (PlaybookInvalid, ServiceError) as exc:
         return _version_page(request, version, page_error=str(exc),
                              status=400 if isinstance(exc, PlaybookInvalid) else 409)

@@ -14,6 +14,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from ticketagent.llm.clients import publish_fit
 from ticketagent.playbooks.files import spec_from_file, spec_to_yaml
 from ticketagent.playbooks.models import Playbook, PlaybookVersion, VersionStatus
 from ticketagent.playbooks.services import playbook_import, version_named, version_spec
@@ -56,7 +57,8 @@ class Command(BaseCommand):
     def load(self, path: Path, *, publish: bool, username: str | None) -> None:
         user = _user_named(username) if username else None
         try:
-            version = playbook_import(data=spec_from_file(path), user=user, publish=publish)
+            version = playbook_import(data=spec_from_file(path), user=user, publish=publish,
+                                      fits=publish_fit() if publish else None)
         except PlaybookInvalid as exc:
             for error in exc.errors:
                 self.stderr.write(error)
