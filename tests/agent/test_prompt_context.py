@@ -11,12 +11,12 @@ tests/model/test_local_model_context.py.
 import pytest
 
 from ticketagent.llm.base import ModelError
+from ticketagent.llm.clients import publish_fit
 from ticketagent.llm.context import Context, messages_tokens, tokens_estimate
 from ticketagent.llm.fit import TICKET_ROOM, playbook_needs, results_fit, text_cut
 from ticketagent.llm.openai_client import OpenAIModel
 from ticketagent.models import Item, ItemStatus
 from ticketagent.pipeline.run import item_process
-from ticketagent.llm.clients import publish_fit
 from ticketagent.playbooks.services import playbook_import, version_publish
 from ticketagent.playbooks.spec import spec_validate
 from ticketagent.services import ServiceError
