@@ -119,7 +119,7 @@ class TicketRow:
 # --------------------------------------------------------------------------- agreement
 
 
-def _agreement(expected: dict, triage: dict, decide: dict | None) -> dict[str, bool]:
+def agreement_of(expected: dict, triage: dict, decide: dict | None) -> dict[str, bool]:
     """Each expected label of a decided ticket, and whether the rehearsal agrees (actions: as a set)."""
     if not decide or not expected:
         return {}
@@ -171,7 +171,7 @@ class _Tally:
         c["held"].update(f"{action} — {why}" for action, why in (decide.get("held") or {}).items())
         c["rules"].update(rule.get("rule", "") for rule in decide.get("rules") or ())
         c["checks"].update(check.get("check", "") for check in decide.get("checks") or ())
-        agree = _agreement(expected, triage, decide)
+        agree = agreement_of(expected, triage, decide)
         if not agree:
             return
         self.labelled += 1
@@ -252,7 +252,7 @@ def rehearsal_page(task: Task, page) -> tuple[object, list[TicketRow]]:
         outputs = checkpoint.step_outputs if checkpoint is not None else {}
         triage, decide = outputs.get("triage") or {}, outputs.get("decide") or {}
         rows.append(TicketRow(item=item, triage=triage, draft=outputs.get("draft") or {}, decide=decide,
-                              expected=item.expected or {}, agree=_agreement(item.expected or {}, triage, decide),
+                              expected=item.expected or {}, agree=agreement_of(item.expected or {}, triage, decide),
                               tokens=tokens.get(item.pk)))
     return items, rows
 
@@ -345,7 +345,7 @@ def _sides(task: Task) -> dict[str, tuple[str, Side]]:
         out[ticket_id] = (subject, Side(item_id, triage.get("category") or "—", triage.get("priority") or "—",
                                         tuple(decide.get("actions") or ()),
                                         tuple(sorted((decide.get("held") or {}).items())), draft_hash or "",
-                                        _agreement(expected or {}, triage, decide)))
+                                        agreement_of(expected or {}, triage, decide)))
     return out
 
 
