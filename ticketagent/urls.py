@@ -20,6 +20,7 @@ urlpatterns = [
     path("tasks/<int:pk>/clone/", tasks.task_clone_view, name="task-clone"),
     path("tasks/<int:pk>/move-version/", tasks.task_move_version_view, name="task-move-version"),
     path("tasks/<int:pk>/rehearsal/", rehearsals.rehearsal_report, name="rehearsal"),
+    path("tasks/<int:pk>/rehearsal/export.csv", rehearsals.rehearsal_export, name="rehearsal-export"),
     path("tasks/<int:pk>/rehearsal/rerun/", rehearsals.rehearsal_rerun_view, name="rehearsal-rerun"),
     path("tasks/<int:pk>/compare/<int:other>/", rehearsals.rehearsal_compare, name="rehearsal-compare"),
     path("tasks/<int:pk>/go-live/", rehearsals.go_live_view, name="go-live"),
