@@ -69,6 +69,13 @@ class TestGoLiveWithAFilter:
         live = Task.objects.exclude(pk=task.pk).get()
         assert sorted(live.items.values_list("ticket_id", flat=True)) == tickets
 
+    def test_a_filter_the_report_does_not_offer_sends_nothing(self, client, alice):
+        task = rehearsal()
+        client.force_login(alice)
+        response = go_live(client, task, category="nope")
+        assert response.status_code == 400 and "the filter is not one the report offers" in response.content.decode()
+        assert Task.objects.count() == 1
+
     def test_a_filter_no_ticket_matches_sends_nothing(self, client, alice):
         task = rehearsal()
         client.force_login(alice)

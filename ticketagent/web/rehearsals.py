@@ -165,7 +165,8 @@ def _report_context(request, task: Task, *, excluded=None, compare_form=None, go
     ticket_filter = TicketFilter(data if data is not None else request.GET, task=task)
     only = ticket_filter.matching()
     if only is not None:
-        excluded = [pk for pk in excluded if pk in set(only)]
+        kept = set(only)
+        excluded = [pk for pk in excluded if pk in kept]
     items, rows = selectors_rehearsal.rehearsal_page(task, request.GET.get("page"), only=only)
     on_page = {row.item.pk for row in rows}
     source, reruns = selectors_rehearsal.rehearsal_relatives(task)
@@ -233,7 +234,11 @@ def go_live_view(request, pk):
     require_operator(request)
     task = _rehearsal_or_404(pk)
     form = GoLiveForm(request.POST, request.FILES, task=task)
-    only = TicketFilter(request.POST, task=task).matching()
+    ticket_filter = TicketFilter(request.POST, task=task)
+    only = ticket_filter.matching()
+    if not ticket_filter.is_valid():  # never "no filter, so every ticket" for a filter that was garbled
+        form.add_error(None, "the filter is not one the report offers: " + "; ".join(
+            f"{name}: {error}" for name, errors in ticket_filter.errors.items() for error in errors))
     if form.is_valid():
         exclude = form.cleaned_data["exclude"]
         if only is not None:  # the tickets the filter leaves out stay out
