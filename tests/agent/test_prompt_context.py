@@ -18,8 +18,7 @@ from ticketagent.llm.openai_client import OpenAIModel
 from ticketagent.models import Item, ItemStatus
 from ticketagent.pipeline.run import item_process
 from ticketagent.playbooks.services import playbook_import, version_publish
-from ticketagent.playbooks.spec import spec_validate
-from ticketagent.services import ServiceError
+from ticketagent.playbooks.spec import PlaybookInvalid, spec_validate
 
 from ..factories import make_task
 from . import kestrel
@@ -131,7 +130,7 @@ def test_the_kestrel_playbook_fits_the_local_models_context_and_publishes(llama_
 
 def test_publishing_a_playbook_whose_prompts_cannot_fit_says_so_with_the_numbers(llama_like, kestrel_here):
     version = playbook_import(data=long_guidance())
-    with pytest.raises(ServiceError) as caught:
+    with pytest.raises(PlaybookInvalid) as caught:
         version_publish(version_id=version.pk, fits=publish_fit())
     message = str(caught.value)
     needs, step = playbook_needs(spec_validate(long_guidance()), Context(LOCAL, LOCAL // 4, "the local model"))

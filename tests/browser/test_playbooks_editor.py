@@ -113,11 +113,13 @@ def test_an_editor_drafts_edits_publishes_and_compares_by_keyboard(page, live_se
     expect(page.locator("#rules-saved")).to_be_visible()
     expect(page.locator("#rules ol.rules")).to_contain_text("When category is billing → forbid close_ticket")
 
-    articles = open_editor(page, "articles", "Add an article")
-    articles.get_by_label("Title").last.fill("Returns within 30 days")
-    articles.get_by_label("Body").last.fill("Devices can be returned within 30 days of delivery.")
-    articles.get_by_label("Tags").last.fill("returns, device")
-    press(articles.get_by_role("button", name="Add the article"))
+    articles = open_editor(page, "articles", "Edit, add or remove articles")
+    blank = articles.locator("details.pb-fold", has=page.locator("summary", has_text="Add an article")).first
+    press(blank.locator("summary"))
+    blank.get_by_label("Title").fill("Returns within 30 days")
+    blank.get_by_label("Body").fill("Devices can be returned within 30 days of delivery.")
+    blank.get_by_label("Tags").fill("returns, device")
+    press(articles.get_by_role("button", name="Save the articles"))
     expect(page.locator("#articles-saved")).to_be_visible()
     added = page.locator("ol.articles > li").last
     expect(added.locator("h3")).to_have_text("Returns within 30 days")
@@ -127,6 +129,8 @@ def test_an_editor_drafts_edits_publishes_and_compares_by_keyboard(page, live_se
     assert_accessible(page, "draft after edits")
 
     press(page.locator("#publish-button"))
+    expect(page.locator("h1")).to_have_text("Publish Standard v2?")
+    press(page.locator("#confirm-publish"))
     expect(page.locator("#version-status")).to_have_text("published")
     expect(page.locator("#guidance-form")).to_have_count(0)
     v2 = PlaybookVersion.objects.get(pk=draft.pk)
@@ -162,7 +166,7 @@ def test_at_phone_width_the_editor_fits_and_a_viewer_reads_without_controls(page
     page.wait_for_url(re.compile(r"/playbooks/versions/\d+/$"))
     for section, summary in (("guidance", "Edit the guidance"), ("categories", "Edit the categories"),
                              ("rules", "Edit the rules"), ("reply", "Edit the reply settings"),
-                             ("articles", "Add an article")):
+                             ("articles", "Edit, add or remove articles"), ("yaml", "Edit as YAML")):
         open_editor(page, section, summary)
     assert_fits_the_screen(page, "draft with every form open")
     assert_accessible(page, "draft at phone width")
@@ -201,6 +205,7 @@ def test_without_javascript_an_editor_saves_and_publishes(page, live_server, eri
     page.wait_for_url(re.compile(r"\?saved=guidance#guidance$"))
     expect(page.locator("#guidance-saved")).to_be_visible()
     page.locator("#publish-button").click()
+    page.locator("#confirm-publish").click()
     expect(page.locator("#version-status")).to_have_text("published")
     page.locator("#compare-link").click()
     expect(page.locator("table.pb-diff")).to_contain_text("guidance.tone")

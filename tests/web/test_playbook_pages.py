@@ -13,6 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from ticketagent.playbooks.diff import specs_diff
+from ticketagent.playbooks.files import spec_to_yaml
 from ticketagent.playbooks.models import Article, Playbook, PlaybookVersion, VersionStatus
 from ticketagent.playbooks.services import draft_open, draft_update, version_default, version_spec
 from ticketagent.web.playbook_forms import ChecksForm
@@ -109,12 +110,21 @@ def reply_data(spec, **changes) -> dict:
     return data
 
 
-def article_data(prefix: str, title="Refund times", body="Refunds take 5 business days.", tags="billing, refund",
-                 enabled=True) -> dict:
-    data = {f"{prefix}-title": title, f"{prefix}-body": body, f"{prefix}-tags": tags}
-    if enabled:
-        data[f"{prefix}-enabled"] = "on"
-    return data
+def article_row(title="Refund times", body="Refunds take 5 business days.", tags="billing, refund",
+                enabled=True) -> dict:
+    return {"title": title, "body": body, "tags": tags, "enabled": "on" if enabled else False}
+
+
+def articles_data(spec, *, change: dict | None = None, add: list[dict] = (), remove=()) -> dict:
+    """The articles form as the page sends it: every article, the changes, rows to remove, new rows filled in."""
+    rows = [article_row(a.title, a.body, ", ".join(a.tags), a.enabled) for a in spec.articles]
+    for i, fields in (change or {}).items():
+        rows[i].update(fields)
+    for i in remove:
+        rows[i]["DELETE"] = "on"
+    initial = len(rows)
+    rows += [*add, article_row("", "", "")]  # the blank row the page always has
+    return rows_data("articles", rows, initial=initial)
 
 
 def edits(version) -> dict[str, tuple[str, dict]]:
@@ -129,10 +139,12 @@ def edits(version) -> dict[str, tuple[str, dict]]:
                                                                      "when": ["priority is urgent"],
                                                                      "approve": ["close_ticket"]}])),
         "reply": (reverse("playbook-reply", args=[pk]), reply_data(spec, **{"reply-max_chars": "1500"})),
-        "article-add": (reverse("playbook-article-add", args=[pk]), article_data("new-article")),
-        "article": (reverse("playbook-article", args=[pk, 0]), article_data("article-0", title="Refunds")),
+        "articles": (reverse("playbook-articles", args=[pk]), articles_data(spec, change={0: {"title": "Refunds"}},
+                                                                            add=[article_row()])),
+        "yaml": (reverse("playbook-yaml", args=[pk]),
+                 {"yaml-text": spec_to_yaml(spec).replace("Escalate urgent tickets", "Escalate urgent tickets now")}),
         "publish": (reverse("playbook-publish", args=[pk]), {}),
-        "discard": (reverse("playbook-version", args=[pk]), {"discard": "1"}),
+        "discard": (reverse("playbook-discard", args=[pk]), {}),
     }
 
 
@@ -170,7 +182,7 @@ class TestReading:
         for user in (bob, alice):
             client.force_login(user)
             body = client.get(reverse("playbook-version", args=[draft.pk])).content.decode()
-            for marker in ("guidance-form", "categories-form", "rules-form", "reply-form", "article-add-form",
+            for marker in ("guidance-form", "categories-form", "rules-form", "reply-form", "articles-form", "yaml-form",
                            "publish-button", "discard-button", "Edit (open a draft)"):
                 assert marker not in body, (user.username, marker)
 
@@ -206,7 +218,7 @@ class TestReading:
 # --------------------------------------------------------------------------- who may change what
 
 
-EDITS = ["guidance", "categories", "rules", "reply", "article-add", "article", "publish", "discard"]
+EDITS = ["guidance", "categories", "rules", "reply", "articles", "yaml", "publish", "discard"]
 
 
 @pytest.mark.parametrize("edit", EDITS)
@@ -259,7 +271,7 @@ class TestEveryChange:
         url, _ = edits(draft)[edit]
         client.force_login(erin)
         before = content_of(draft)
-        assert client.get(url).status_code == (200 if edit == "discard" else 405)
+        assert client.get(url).status_code == (200 if edit in ("publish", "discard") else 405)  # a confirmation
         assert content_of(draft) == before
 
 
@@ -271,12 +283,6 @@ def test_opening_a_draft_and_importing_are_for_editors(name, client, bob, alice,
         client.force_login(user)
         assert client.post(reverse(name, args=args), data).status_code == 403
     assert PlaybookVersion.objects.count() == 1 and Playbook.objects.count() == 1
-
-
-def test_an_article_that_is_not_there_is_404(client, erin, draft):
-    client.force_login(erin)
-    url = reverse("playbook-article", args=[draft.pk, draft.articles.count()])
-    assert client.post(url, article_data(f"article-{draft.articles.count()}")).status_code == 404
 
 
 def test_edit_opens_the_draft_once(client, erin, published):
@@ -361,13 +367,13 @@ class TestSaving:
     def test_an_article_is_added_changed_and_removed(self, client, erin, draft):
         client.force_login(erin)
         count = draft.articles.count()
-        client.post(reverse("playbook-article-add", args=[draft.pk]), article_data("new-article", enabled=False))
+        url = reverse("playbook-articles", args=[draft.pk])
+        client.post(url, articles_data(spec_of(draft), add=[article_row(enabled=False)]))
         assert list(spec_of(draft).articles[-1].tags) == ["billing", "refund"]
         assert spec_of(draft).articles[-1].enabled is False
-        client.post(reverse("playbook-article", args=[draft.pk, count]),
-                    article_data(f"article-{count}", title="Refund times (EU)"))
+        client.post(url, articles_data(spec_of(draft), change={count: {"title": "Refund times (EU)"}}))
         assert spec_of(draft).articles[-1].title == "Refund times (EU)"
-        response = client.post(reverse("playbook-article", args=[draft.pk, 0]), {"delete": "1"}, headers=HTMX)
+        response = client.post(url, articles_data(spec_of(draft), remove=[0]), headers=HTMX)
         assert response.status_code == 200 and 'id="articles"' in response.content.decode()
         titles = [a.title for a in spec_of(draft).articles]
         assert len(titles) == count and "Refunds and invoices" not in titles
@@ -423,8 +429,8 @@ class TestABadEditSavesNothing:
     def test_an_oversized_article_is_refused(self, client, erin, draft):
         client.force_login(erin)
         count = draft.articles.count()
-        response = client.post(reverse("playbook-article-add", args=[draft.pk]),
-                               article_data("new-article", body="x" * 5001))
+        response = client.post(reverse("playbook-articles", args=[draft.pk]),
+                               articles_data(spec_of(draft), add=[article_row(body="x" * 5001)]))
         assert response.status_code == 400
         assert f"articles[{count}].body: String should have at most 5000 characters" in response.content.decode()
         assert draft.articles.count() == count
@@ -475,12 +481,12 @@ def test_publish_freezes_the_version(client, erin, draft):
 def test_the_draft_page_says_published_versions_are_frozen(client, erin, draft):
     client.force_login(erin)
     body = client.get(reverse("playbook-version", args=[draft.pk])).content.decode()
-    assert "Published versions are frozen" in body and "Publish v2" in body
+    assert "Published versions are frozen" in body and "Publish v2…" in body
 
 
 def test_discarding_a_draft_leaves_the_published_version(client, erin, draft):
     client.force_login(erin)
-    response = client.post(reverse("playbook-version", args=[draft.pk]), {"discard": "1"})
+    response = client.post(reverse("playbook-discard", args=[draft.pk]))
     assert response["Location"] == reverse("playbook", args=[draft.playbook_id])
     assert list(PlaybookVersion.objects.values_list("number", "status")) == [(1, "published")]
 
@@ -489,7 +495,7 @@ def test_the_first_draft_cannot_be_discarded(client, erin):
     client.force_login(erin)
     client.post(reverse("playbook-import"), {"file": SimpleUploadedFile("acme.yaml", open(ACME, "rb").read())})
     version = PlaybookVersion.objects.get(playbook__name="Acme Cloud support")
-    response = client.post(reverse("playbook-version", args=[version.pk]), {"discard": "1"})
+    response = client.post(reverse("playbook-discard", args=[version.pk]))
     assert response.status_code == 409 and "nothing to go back to" in response.content.decode()
     assert PlaybookVersion.objects.filter(pk=version.pk).exists()
 

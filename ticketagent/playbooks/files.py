@@ -1,6 +1,7 @@
 """Playbook files: one YAML (or JSON) document per version, read with clear errors and written for review in git."""
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -25,6 +26,41 @@ def spec_from_text(text: str, *, source: str = "file") -> dict:
         raise PlaybookInvalid([f"{source}: a playbook file holds one mapping (name, guidance, categories, rules, "
                                f"reply, checks, articles)"])
     return data
+
+
+_PATH = re.compile(r"^(?P<path>[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\]|\.[A-Za-z0-9_-]+)*): ")
+_STEP = re.compile(r"\[(\d+)\]|\.?([A-Za-z0-9_-]+)")
+
+
+def _node_at(root, path: str):
+    """The deepest YAML node on `path` ("rules[2].when[0]") that the document has."""
+    node = root
+    for index, key in _STEP.findall(path):
+        if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+            node = node.value[int(index)]
+        elif key and isinstance(node, yaml.MappingNode):
+            found = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+            if found is None:
+                return node
+            node = found
+        else:
+            return node
+    return node
+
+
+def errors_with_lines(text: str, errors: list[str]) -> list[str]:
+    """Each spec error ("rules[2].when[0]: …") prefixed with the line of `text` (a YAML document that parses)
+    where its field is, or where the nearest field that is there starts ("line 14: rules[2].when[0]: …")."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return errors
+    out = []
+    for error in errors:
+        match = _PATH.match(error)
+        node = _node_at(root, match["path"]) if match and root is not None else None
+        out.append(f"line {node.start_mark.line + 1}: {error}" if node is not None and node is not root else error)
+    return out
 
 
 def spec_from_file(path: Path) -> dict:

@@ -71,6 +71,37 @@ def version_require_draft(version: PlaybookVersion) -> None:
         raise ServiceError(f"{version.label} is published and cannot change: open a draft to edit it")
 
 
+def empty_spec(name: str) -> dict:
+    """A new playbook with nothing in it yet: no guidance, no rules, no articles, and the one category every
+    playbook needs (`other`)."""
+    return {"name": name, "categories": [{"name": "other", "description": "Anything else."}]}
+
+
+def playbook_new(*, name: str, copy_of: PlaybookVersion | None = None, user=None) -> PlaybookVersion:
+    """A new playbook named `name`: empty, or a copy of version `copy_of` (any playbook's, any version) under
+    the new name. Its v1 is a draft; PlaybookInvalid when the name is taken or not one."""
+    data = empty_spec(name) if copy_of is None else {**version_spec(copy_of).model_dump(mode="json"), "name": name}
+    return playbook_create(spec=spec_validate(data), user=user)
+
+
+def playbook_rename(*, playbook_id: int, name: str) -> Playbook:
+    """Give a playbook another name; its open draft takes it too. Published versions keep the name they were
+    published with (their hash covers it): the next version published carries the new one."""
+    name = " ".join((name or "").split())
+    if not 1 <= len(name) <= 100:
+        raise PlaybookInvalid(["name: 1 to 100 characters"])
+    with transaction.atomic():
+        playbook = Playbook.objects.select_for_update().filter(pk=playbook_id).first()
+        if playbook is None:
+            raise ServiceError("no such playbook")
+        _rename(playbook, name)
+        draft = playbook.versions.select_for_update().filter(status=VersionStatus.DRAFT).first()
+        if draft is not None:
+            draft.content = {**draft.content, "name": name}
+            draft.save(update_fields=["content", "updated_at"])
+    return playbook
+
+
 def playbook_create(*, spec: PlaybookSpec, user=None) -> PlaybookVersion:
     """A new playbook with its first draft (version 1)."""
     with transaction.atomic():
@@ -121,17 +152,26 @@ def _rename(playbook: Playbook, name: str) -> None:
     playbook.save(update_fields=["name"])
 
 
+def publish_errors(version: PlaybookVersion, spec: PlaybookSpec,
+                   fits: Callable[[PlaybookSpec], str] | None = None) -> list[str]:
+    """Why `version` (a draft whose spec validates) cannot be published, each reason a sentence; empty when it
+    can. The publish confirmation lists them and offers no "Publish" while there is one; `version_publish()`
+    refuses with them. `fits` says why a spec's prompts cannot fit the model's context, with the numbers
+    (`llm.clients.publish_fit()`, which asks the endpoint once, before the draft is locked)."""
+    problem = fits(spec) if fits else ""
+    return [problem] if problem else []
+
+
 def version_publish(*, version_id: int, user=None, fits: Callable[[PlaybookSpec], str] | None = None,
                     ) -> PlaybookVersion:
-    """Freeze a draft: published, with the hash of its whole spec, who and when. `fits` says why a spec's
-    prompts cannot fit the model's context, with the numbers (`llm.clients.publish_fit()`, which asks the
-    endpoint before the draft is locked); a version it names a problem for is refused."""
+    """Freeze a draft: published, with the hash of its whole spec, who and when. PlaybookInvalid when its spec
+    does not validate or `publish_errors()` names a reason."""
     with transaction.atomic():
         version = _draft_locked(version_id)
         spec = spec_validate(version_spec(version).model_dump(mode="json"))
-        problem = fits(spec) if fits else ""
-        if problem:
-            raise ServiceError(f"{version.label} is not published: {problem}")
+        errors = publish_errors(version, spec, fits)
+        if errors:
+            raise PlaybookInvalid(errors)
         version.status = VersionStatus.PUBLISHED
         version.content_hash = spec.content_hash()
         version.published_by = user

@@ -12,11 +12,10 @@ import re
 
 from django import forms
 from django.forms import formset_factory
-from django.http import Http404
 
 from ticketagent.llm.schemas import ALLOWED_ACTIONS, Priority
-from ticketagent.playbooks.files import spec_from_text
-from ticketagent.playbooks.spec import GUIDANCE_SECTIONS, PlaybookInvalid, PlaybookSpec
+from ticketagent.playbooks.files import errors_with_lines, spec_from_text, spec_to_yaml
+from ticketagent.playbooks.spec import GUIDANCE_SECTIONS, PlaybookInvalid, PlaybookSpec, spec_validate
 
 ACTION_CHOICES = [(a, a) for a in ALLOWED_ACTIONS]
 PRIORITY_CHOICES = [(p, p) for p in Priority.__args__]  # type: ignore[attr-defined]
@@ -174,11 +173,12 @@ class RowsEditor(Editor):
 
     form_class: type[forms.Form] = forms.Form
     noun = ""
+    extra = 1  # blank rows, each adds an entry when filled in
 
     def __init__(self, spec: PlaybookSpec, data=None):
         super().__init__()
         rows = [self.form_class.initial_of(entry) for entry in spec.model_dump(mode="json")[self.section]]
-        formset = formset_factory(self.form_class, extra=1, can_delete=True)
+        formset = formset_factory(self.form_class, extra=self.extra, can_delete=True)
         self.formset = formset(data, initial=rows, prefix=self.section)
         self.kept: list[forms.Form] = []  # the rows sent to the spec, in order: its index -> the row
 
@@ -194,15 +194,19 @@ class RowsEditor(Editor):
             raise EditorInvalid
         self.kept = [form for i, form in enumerate(self.formset.forms)
                      if not form.cleaned_data.get("DELETE")
-                     and (i < self.formset.initial_form_count() or form.has_changed())]
+                     and (i < self.formset.initial_form_count() or self.given(form))]
         return {self.section: [form.value() for form in self.kept]}
+
+    def given(self, form: forms.Form) -> bool:
+        """A blank row (one to add an entry) that was filled in."""
+        return form.has_changed()
 
     def place_one(self, parts: dict) -> None:
         index = parts["index"]
         if parts["section"] != self.section or index is None or index >= len(self.kept):
             return  # "categories: at least 1 item": in the summary above the rows
         form, message = self.kept[index], parts["message"]
-        if parts["line"] is not None and parts["path"] == "when":
+        if parts["line"] is not None and parts["path"] == "when" and hasattr(form, "when_lines"):
             message = f"line {form.when_lines[parts['line']]}: {message}"
         _place_on(form, form.field_of(parts["path"]), message)
 
@@ -318,78 +322,106 @@ class ReplyEditor(Editor):
         _place_on(form, (parts["path"] or "").split(".")[0], parts["message"])
 
 
-# --------------------------------------------------------------------------- articles
+# --------------------------------------------------------------------------- articles (a formset)
 
 
 class ArticleForm(forms.Form):
     title = forms.CharField(required=False)
-    body = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 6}),
+    body = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 5}),
                            help_text="at most 5000 characters; the draft step quotes it")
     tags = forms.CharField(required=False, help_text="comma-separated")
     enabled = forms.BooleanField(required=False, initial=True, help_text="a disabled article is never searched")
 
+    @staticmethod
+    def initial_of(article: dict) -> dict:
+        return {**article, "tags": ", ".join(article["tags"])}
 
-class ArticleEditor(Editor):
-    """One article: `index` None adds one; otherwise the article at `index` (changed, or removed with `delete`)."""
+    def value(self) -> dict:
+        data = self.cleaned_data
+        return {"title": data["title"], "body": data["body"], "tags": comma_list(data["tags"]),
+                "enabled": data["enabled"]}
 
-    section = "articles"
+    def field_of(self, path: str | None) -> str | None:
+        return path
 
-    def __init__(self, spec: PlaybookSpec, data=None, *, index: int | None = None):
+
+class ArticlesEditor(RowsEditor):
+    """Every article in one form: change, add (the blank rows), remove many at once."""
+
+    section, noun, form_class, extra = "articles", "article", ArticleForm, 3
+
+    def given(self, form: forms.Form) -> bool:
+        data = form.cleaned_data
+        return bool(data.get("title") or data.get("body") or data.get("tags"))
+
+
+# --------------------------------------------------------------------------- the whole draft as YAML
+
+
+class YamlForm(forms.Form):
+    text = forms.CharField(strip=False, label="The playbook as YAML", widget=forms.Textarea(
+        attrs={"rows": 24, "spellcheck": "false", "autocapitalize": "off", "class": "pb-yaml"}),
+        help_text="the whole draft, as “Export (YAML)” writes it: a section left out takes its default; "
+                  "nothing is saved unless all of it is valid")
+
+
+class YamlEditor(Editor):
+    """The whole draft as one YAML document: every section replaced at once, or nothing (each error with its line)."""
+
+    section = "yaml"
+
+    def __init__(self, spec: PlaybookSpec, data=None):
         super().__init__()
-        self.articles = spec.model_dump(mode="json")["articles"]
-        if index is not None and not 0 <= index < len(self.articles):
-            raise Http404(f"this version has no article {index}")
-        self.index = index
-        initial = {"enabled": True} if index is None else {**self.articles[index],
-                                                           "tags": ", ".join(self.articles[index]["tags"])}
-        self.delete = bool(data and data.get("delete"))
-        self.form = ArticleForm(data, initial=initial, prefix="new-article" if index is None else f"article-{index}")
+        self.form = YamlForm(data, initial={"text": spec_to_yaml(spec)}, prefix="yaml")
 
     def all_forms(self) -> list[forms.Form]:
         return [self.form]
 
-    @property
-    def target(self) -> int:
-        """The position of the article in the new list."""
-        return len(self.articles) if self.index is None else self.index
-
     def changes(self) -> dict:
-        articles = list(self.articles)
-        if self.delete and self.index is not None:
-            del articles[self.index]
-            return {"articles": articles}
         if not self.form.is_valid():
             raise EditorInvalid
-        data = self.form.cleaned_data
-        article = {"title": data["title"], "body": data["body"], "tags": comma_list(data["tags"]),
-                   "enabled": data["enabled"]}
-        if self.index is None:
-            articles.append(article)
-        else:
-            articles[self.index] = article
-        return {"articles": articles}
+        text = self.form.cleaned_data["text"]
+        data = spec_from_text(text, source="YAML")
+        try:
+            spec = spec_validate(data)
+        except PlaybookInvalid as exc:
+            raise PlaybookInvalid(errors_with_lines(text, exc.errors)) from None
+        return spec.model_dump(mode="json", exclude={"format"})
 
     def place_one(self, parts: dict) -> None:
-        if parts["section"] == "articles" and parts["index"] == self.target:
-            _place_on(self.form, parts["path"], parts["message"])
-
-
-def article_editors(spec: PlaybookSpec, bound: Editor | None = None) -> list[ArticleEditor]:
-    """An editor for each article, the posted one in its place."""
-    return [bound if isinstance(bound, ArticleEditor) and bound.index == i else ArticleEditor(spec, index=i)
-            for i in range(len(spec.articles))]
+        return  # every error is in the list above the text, with its line
 
 
 def section_editors(spec: PlaybookSpec, bound: Editor | None = None) -> dict:
     """Every editor of a draft's page, unbound, except the one that was posted (with its errors)."""
-    editors = {cls.section: cls(spec) for cls in (GuidanceEditor, CategoriesEditor, RulesEditor, ReplyEditor)}
-    editors["new_article"] = ArticleEditor(spec)
+    editors = {cls.section: cls(spec) for cls in (GuidanceEditor, CategoriesEditor, RulesEditor, ReplyEditor,
+                                                  ArticlesEditor, YamlEditor)}
     if bound is not None:
-        key = "new_article" if isinstance(bound, ArticleEditor) and bound.index is None else bound.section
-        if key in editors:
-            editors[key] = bound
-    editors["article_list"] = article_editors(spec, bound)
+        editors[bound.section] = bound
     return editors
+
+
+class NewPlaybookForm(forms.Form):
+    name = forms.CharField(max_length=100, label="Name", help_text="what tasks and people call it, e.g. “Acme”")
+    start = forms.TypedChoiceField(coerce=int, empty_value=None, required=False, label="Start from",
+                                   help_text="empty: one category (“other”), no rules, no articles; or a copy of a "
+                                             "version of a playbook, under the new name")
+
+    def __init__(self, *args, versions, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.versions = {v.pk: v for v in versions}
+        self.fields["start"].choices = [("", "an empty playbook")] + [
+            (v.pk, f"a copy of {v.label}" + (" (draft)" if v.is_draft else "")) for v in versions]
+
+    def clean_start(self):
+        pk = self.cleaned_data["start"]
+        return None if pk is None else self.versions[pk]
+
+
+class RenameForm(forms.Form):
+    name = forms.CharField(max_length=100, label="New name",
+                           help_text="the draft takes it too; published versions keep the name they were "
+                                     "published with")
 
 
 # --------------------------------------------------------------------------- a playbook file

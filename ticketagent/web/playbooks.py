@@ -1,13 +1,16 @@
-"""The playbook pages: list, a version (read, or edited as a draft by editors), publish, diff, import and export.
+"""The playbook pages: list, new, rename, a version (read, or edited as a draft), publish, discard, diff, files.
 
 Everyone signed in reads playbooks; editors change them. A save sends the
-changed section to `draft_update()`, which validates the whole spec and
-writes nothing on an error: the form comes back (400) with each error
-beside its field. A published version is frozen: its page has no forms,
-and a change sent to it answers 409 with the service's words.
+changed section (or the whole draft, as YAML) to `draft_update()`, which
+validates the whole spec and writes nothing on an error: the form comes
+back (400) with each error beside its field (or its line). A published
+version is frozen: its page has no forms, and a change sent to it answers
+409 with the service's words.
 
-A version's URL takes a POST too: it discards the draft (there is nothing
-else a POST to a version could mean).
+Publish and discard each have a confirmation (their GET): what changes
+from the latest published version, and for publish the reasons it cannot
+be (`publish_errors()`) and the last labelled rehearsal decided again
+under the draft (`selectors_regression`). Their POST does it.
 """
 
 from django.http import HttpResponse
@@ -23,15 +26,19 @@ from ticketagent.services import ServiceError
 from ticketagent.web import selectors_playbooks as selectors
 from ticketagent.web.access import is_editor, login_required, render_page, require_editor
 from ticketagent.web.playbook_forms import (
-    ArticleEditor,
+    ArticlesEditor,
     CategoriesEditor,
     EditorInvalid,
     GuidanceEditor,
+    NewPlaybookForm,
     PlaybookFileForm,
+    RenameForm,
     ReplyEditor,
     RulesEditor,
+    YamlEditor,
     section_editors,
 )
+from ticketagent.web.selectors_regression import version_regression
 
 
 def _list_page(request, *, form=None, errors=(), status=200):
@@ -67,10 +74,51 @@ def playbook_import_view(request):
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
+def playbook_new(request):
+    """A new playbook: empty, or a copy of a version; its v1 draft opens. A name taken or empty creates nothing."""
+    require_editor(request)
+    versions = selectors.start_choices()
+    form, errors = NewPlaybookForm(request.POST or None, versions=versions), []
+    if request.method == "POST" and form.is_valid():
+        try:
+            version = playbook_services.playbook_new(name=form.cleaned_data["name"],
+                                                     copy_of=form.cleaned_data["start"], user=request.user)
+        except PlaybookInvalid as exc:
+            errors = exc.errors
+        else:
+            return redirect("playbook-version", version.pk)
+    return render_page(request, "playbooks/new.html", None, {"form": form, "errors": errors},
+                       status=400 if request.method == "POST" else 200)
+
+
+@login_required
 @require_GET
 def playbook_detail(request, pk):
-    return render_page(request, "playbooks/playbook.html", None,
-                       {"playbook": selectors.playbook_with_versions(pk)})
+    return _playbook_page(request, selectors.playbook_with_versions(pk))
+
+
+def _playbook_page(request, playbook, *, rename=None, errors=(), status=200):
+    return render_page(request, "playbooks/playbook.html", None, {
+        "playbook": playbook, "rename_form": rename or RenameForm(initial={"name": playbook.name}),
+        "rename_errors": list(errors)}, status=status)
+
+
+@login_required
+@require_POST
+def playbook_rename_view(request, pk):
+    """Another name for the playbook (and its draft); a name taken or empty changes nothing (400)."""
+    require_editor(request)
+    playbook = selectors.playbook_with_versions(pk)
+    form, errors = RenameForm(request.POST), []
+    if form.is_valid():
+        try:
+            playbook_services.playbook_rename(playbook_id=playbook.pk, name=form.cleaned_data["name"])
+        except PlaybookInvalid as exc:
+            errors = exc.errors
+        else:
+            return redirect(reverse("playbook", args=[playbook.pk]) + "?renamed=1")
+    return _playbook_page(request, playbook, rename=form, errors=errors, status=400)
 
 
 @login_required
@@ -103,26 +151,16 @@ def _version_page(request, version, *, bound=None, section="", page_error="", sa
                "draft": selectors.playbook_draft(version.playbook),
                "page_error": page_error, "error_section": section if page_error else "",
                "saved": saved or request.GET.get("saved", ""),
-               "articles": list(zip(spec.articles, editors.get("article_list") or [None] * len(spec.articles),
-                                    strict=True)),
                "editors": editors}
     return render_page(request, "playbooks/version.html", f"section-{section}" if section else None, context,
                        status=status)
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_GET
 def version_detail(request, pk):
-    """A version, readable by everyone (a draft editable by editors); a POST discards the draft."""
-    version = selectors.version_or_404(pk)
-    if request.method == "GET":
-        return _version_page(request, version)
-    require_editor(request)
-    try:
-        playbook_services.draft_discard(version_id=version.pk)
-    except ServiceError as exc:
-        return _version_page(request, version, page_error=str(exc), status=409)
-    return redirect("playbook", version.playbook_id)
+    """A version, readable by everyone (a draft editable by editors)."""
+    return _version_page(request, selectors.version_or_404(pk))
 
 
 def _edit(request, pk, editor_class, **options):
@@ -174,29 +212,71 @@ def version_reply(request, pk):
 
 @login_required
 @require_POST
-def version_article_add(request, pk):
-    return _edit(request, pk, ArticleEditor)
+def version_articles(request, pk):
+    return _edit(request, pk, ArticlesEditor)
 
 
 @login_required
 @require_POST
-def version_article(request, pk, index):
-    """Change the article at `index`, or remove it (`delete`)."""
-    return _edit(request, pk, ArticleEditor, index=index)
+def version_yaml(request, pk):
+    return _edit(request, pk, YamlEditor)
 
 
-@login_required
-@require_POST
-def version_publish(request, pk):
-    """Freeze the draft: published, with its hash; a further edit opens a new draft."""
+def _confirm_page(request, version, action: str, *, errors=(), status=200):
+    """The confirmation of publishing or discarding a draft: what changes from the latest published version;
+    for publish, why it cannot be (its spec's errors, `publish_errors()`) and the regression."""
+    base = selectors.draft_base(version)
+    context = {"version": version, "playbook": version.playbook, "action": action, "base": base,
+               "changes": selectors.version_diff(base, version) if base else [], "errors": list(errors)}
+    if action == "publish":
+        if not errors:
+            try:
+                spec = playbook_services.version_spec(version)
+                context["errors"] = playbook_services.publish_errors(version, spec, publish_fit())
+            except PlaybookInvalid as exc:
+                context["errors"] = exc.errors
+        context["regression"] = version_regression(version)
+    return render_page(request, "playbooks/confirm.html", None, context, status=status)
+
+
+def _confirmed(request, pk, action: str, do):
+    """GET: the confirmation; POST: `do(version)`, then to `where` it sends; a refusal back on the confirmation."""
     require_editor(request)
     version = selectors.version_or_404(pk)
     try:
+        playbook_services.version_require_draft(version)
+    except ServiceError as exc:
+        return _version_page(request, version, page_error=str(exc), status=409)
+    if request.method == "GET":
+        return _confirm_page(request, version, action)
+    try:
+        return do(version)
+    except PlaybookInvalid as exc:
+        return _confirm_page(request, version, action, errors=exc.errors, status=400)
+    except ServiceError as exc:
+        return _confirm_page(request, version, action, errors=[str(exc)], status=409)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def version_publish(request, pk):
+    """Publish the draft (freeze it, with its hash; a further edit opens a new draft), after its confirmation."""
+    def publish(version):
         playbook_services.version_publish(version_id=version.pk, user=request.user, fits=publish_fit())
-    except (PlaybookInvalid, ServiceError) as exc:
-        return _version_page(request, version, page_error=str(exc),
-                             status=400 if isinstance(exc, PlaybookInvalid) else 409)
-    return redirect("playbook-version", version.pk)
+        return redirect("playbook-version", version.pk)
+
+    return _confirmed(request, pk, "publish", publish)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def version_discard(request, pk):
+    """Throw the draft away, after its confirmation; to the playbook's page."""
+    def discard(version):
+        playbook_services.draft_discard(version_id=version.pk)
+        return redirect("playbook", version.playbook_id)
+
+    return _confirmed(request, pk, "discard", discard)
 
 
 @login_required

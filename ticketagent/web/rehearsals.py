@@ -2,8 +2,10 @@
 
 The report is one page. Its per-ticket table is a GET form: the tickets an
 operator marks to exclude travel with the page number, so marks made on
-one page survive a move to the next, and "Go live…" opens the confirmation
-(`?go_live=1`) with every excluded ticket named. Going live is the POST of
+one page survive a move to the next; its filter (agreement with the
+expected labels, category, held or not) narrows the table and what goes
+live; "Go live…" opens the confirmation (`?go_live=1`) with the filter
+said and every excluded ticket named. The report also downloads as CSV. Going live is the POST of
 that confirmation; "Compare with version" the POST of the rerun form. Every
 page works without JavaScript; htmx swaps the table, the forms and the
 progress of a rehearsal still running.
@@ -12,7 +14,7 @@ progress of a rehearsal still running.
 from django import forms
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_GET, require_POST
@@ -30,6 +32,7 @@ from ticketagent.web.access import (
     render_page,
     require_operator,
 )
+from ticketagent.web.rehearsal_export import rehearsal_csv_lines
 
 REPORT = "rehearsals/report.html"
 MAX_EXCLUDED = 50_000
@@ -63,6 +66,38 @@ class CompareForm(forms.Form):
 
     def clean_version(self):
         return self.versions[self.cleaned_data["version"]]
+
+
+class TicketFilter(forms.Form):
+    """Which decided tickets the table shows and go live: every filter given must hold."""
+
+    agreement = forms.ChoiceField(required=False, label="Agreement", choices=[
+        ("", "any"), *selectors_rehearsal.AGREEMENT_FILTERS.items()])
+    category = forms.ChoiceField(required=False, label="Category")
+    held = forms.ChoiceField(required=False, label="Held for approval",
+                             choices=[("", "any"), *selectors_rehearsal.HELD_FILTERS.items()])
+
+    def __init__(self, data, *, task: Task):
+        super().__init__(data)
+        self.task = task
+        self.fields["category"].choices = [("", "any")] + [(c, c) for c in selectors_rehearsal.categories_given(task)]
+
+    def values(self) -> dict:
+        """The filters given (those that are not one of the choices are left out)."""
+        if not self.is_valid():
+            return {name: "" for name in self.fields}
+        return dict(self.cleaned_data)
+
+    def said(self) -> str:
+        """The filter in words: "category billing, agrees with every expected label"."""
+        given = self.values()
+        parts = [f"category {given['category']}" if given["category"] else "",
+                 selectors_rehearsal.AGREEMENT_FILTERS.get(given["agreement"], ""),
+                 selectors_rehearsal.HELD_FILTERS.get(given["held"], "")]
+        return ", ".join(p for p in parts if p)
+
+    def matching(self) -> list[int] | None:
+        return selectors_rehearsal.items_matching(self.task, **self.values())
 
 
 class ItemIdsField(forms.Field):
@@ -120,12 +155,19 @@ class GoLiveForm(forms.Form):
 # --------------------------------------------------------------------------- the report
 
 
-def _report_context(request, task: Task, *, excluded=None, compare_form=None, go_live_form=None) -> dict:
-    """The report page: the summary (computed only if the template asks for it), a page of tickets, the
-    exclusions carried from other pages, the compare form, and the go-live confirmation when asked for."""
+def _report_context(request, task: Task, *, excluded=None, compare_form=None, go_live_form=None,
+                    data=None) -> dict:
+    """The report page: the summary (computed only if the template asks for it), a page of tickets (those the
+    filter lets through), the exclusions carried from other pages, the compare form, and the go-live
+    confirmation when asked for."""
     if excluded is None:
         excluded = _ids(request.GET.getlist("exclude"))
-    items, rows = selectors_rehearsal.rehearsal_page(task, request.GET.get("page"))
+    ticket_filter = TicketFilter(data if data is not None else request.GET, task=task)
+    only = ticket_filter.matching()
+    if only is not None:
+        kept = set(only)
+        excluded = [pk for pk in excluded if pk in kept]
+    items, rows = selectors_rehearsal.rehearsal_page(task, request.GET.get("page"), only=only)
     on_page = {row.item.pk for row in rows}
     source, reruns = selectors_rehearsal.rehearsal_relatives(task)
     active = task.status in ACTIVE_TASK_STATUSES
@@ -141,6 +183,7 @@ def _report_context(request, task: Task, *, excluded=None, compare_form=None, go
         "reruns": reruns,
         "compare_form": compare_form or CompareForm(versions=selectors_rehearsal.compare_versions(task)),
         "go_live_form": go_live_form, "excluded_tickets": named, "live_count": items.paginator.count - len(named),
+        "ticket_filter": ticket_filter, "filtered": only is not None,
     }
 
 
@@ -191,17 +234,36 @@ def go_live_view(request, pk):
     require_operator(request)
     task = _rehearsal_or_404(pk)
     form = GoLiveForm(request.POST, request.FILES, task=task)
+    ticket_filter = TicketFilter(request.POST, task=task)
+    only = ticket_filter.matching()
+    if not ticket_filter.is_valid():  # never "no filter, so every ticket" for a filter that was garbled
+        form.add_error(None, "the filter is not one the report offers: " + "; ".join(
+            f"{name}: {error}" for name, errors in ticket_filter.errors.items() for error in errors))
     if form.is_valid():
+        exclude = form.cleaned_data["exclude"]
+        if only is not None:  # the tickets the filter leaves out stay out
+            exclude = sorted(set(exclude) | set(task.items.exclude(pk__in=only).values_list("pk", flat=True)))
         try:
-            live = task_go_live(task_id=task.pk, exclude=form.cleaned_data["exclude"], rows=form.rows,
-                                user=request.user, name=form.cleaned_data["name"])
+            live = task_go_live(task_id=task.pk, exclude=exclude, rows=form.rows, user=request.user,
+                                name=form.cleaned_data["name"])
         except ServiceError as exc:
             form.add_error(None, str(exc))
         else:
             return go_to_task(request, live)
     excluded = _ids(request.POST.getlist("exclude"))
     return render_page(request, REPORT, "go-live",
-                       _report_context(request, task, excluded=excluded, go_live_form=form), status=400)
+                       _report_context(request, task, excluded=excluded, go_live_form=form, data=request.POST),
+                       status=400)
+
+
+@login_required
+@require_GET
+def rehearsal_export(request, pk):
+    """The report's tickets as a CSV download (rehearsal_export.py says what a row holds and leaves out)."""
+    task = _rehearsal_or_404(pk)
+    response = StreamingHttpResponse(rehearsal_csv_lines(task), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="rehearsal-{task.pk}.csv"'
+    return response
 
 
 # --------------------------------------------------------------------------- compare

@@ -92,3 +92,15 @@ def version_diff(before: PlaybookVersion, after: PlaybookVersion) -> list[DiffRo
     """What changed from `before` to `after`, field by field."""
     return [DiffRow(change.field, shown(change.before), shown(change.after), change.kind)
             for change in specs_diff(version_spec(before), version_spec(after))]
+
+
+def draft_base(draft: PlaybookVersion) -> PlaybookVersion | None:
+    """What a draft is measured against before it is published or discarded: the latest published version
+    of its playbook (what new tasks run on now); None for a playbook never published."""
+    return (PlaybookVersion.objects.filter(playbook_id=draft.playbook_id, status=VersionStatus.PUBLISHED)
+            .select_related("playbook").order_by("-number").first())
+
+
+def start_choices() -> list[PlaybookVersion]:
+    """The versions a new playbook may start as a copy of: every playbook's versions, newest first."""
+    return list(PlaybookVersion.objects.select_related("playbook").order_by("playbook__name", "-number"))

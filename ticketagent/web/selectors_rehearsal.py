@@ -12,11 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from django.core.paginator import Paginator
-from django.db.models import TextField, Value
+from django.db.models import Max, Min, TextField, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import MD5, Concat
 
-from ticketagent.eventlog.usage import items_usage, task_usage
+from ticketagent.eventlog.usage import items_usage, task_usage, usage_events
 from ticketagent.llm.base import Usage
 from ticketagent.models import Item, Task
 from ticketagent.plan import EFFECT_STEPS
@@ -87,6 +87,7 @@ class Summary:
     disagreements: list[Disagreement]
     disagreement_count: int
     tokens: Usage
+    wall_seconds: float | None = None  # from the first model call's start to the last one's end
 
     @property
     def average_tokens(self) -> int:
@@ -119,7 +120,7 @@ class TicketRow:
 # --------------------------------------------------------------------------- agreement
 
 
-def _agreement(expected: dict, triage: dict, decide: dict | None) -> dict[str, bool]:
+def agreement_of(expected: dict, triage: dict, decide: dict | None) -> dict[str, bool]:
     """Each expected label of a decided ticket, and whether the rehearsal agrees (actions: as a set)."""
     if not decide or not expected:
         return {}
@@ -180,7 +181,7 @@ class _Tally:
         c["held"].update(f"{action} — {why}" for action, why in (decide.get("held") or {}).items())
         c["rules"].update(rule.get("rule", "") for rule in decide.get("rules") or ())
         c["checks"].update(check.get("check", "") for check in decide.get("checks") or ())
-        agree = _agreement(expected, triage, decide)
+        agree = agreement_of(expected, triage, decide)
         if not agree:
             return
         self.labelled += 1
@@ -244,16 +245,31 @@ def rehearsal_summary(task: Task) -> Summary:
     return Summary(total=total, decided=decided, labelled=tally.labelled, distributions=distributions,
                    agreement=agreement, confusion=_confusion(tally.pairs, order["categories"]),
                    disagreements=tally.disagreements, disagreement_count=tally.disagreement_count,
-                   tokens=task_usage(task.pk))
+                   tokens=task_usage(task.pk), wall_seconds=usage_wall_seconds(task))
+
+
+def usage_wall_seconds(task: Task) -> float | None:
+    """How long the rehearsal's model calls took on the clock: from the first call's start (its step's event
+    less its milliseconds) to the last one's end. Calls that run side by side count once, unlike the sum of
+    their times (`Usage.seconds`). None before the first call. Two queries."""
+    span = usage_events().filter(task_id=task.pk).aggregate(first=Min("timestamp"), last=Max("timestamp"))
+    if span["first"] is None:
+        return None
+    first = usage_events().filter(task_id=task.pk).order_by("timestamp").values_list("payload__usage__ms",
+                                                                                       flat=True).first()
+    return (span["last"] - span["first"]).total_seconds() + (first or 0) / 1000
 
 
 # --------------------------------------------------------------------------- the per-ticket table
 
 
-def rehearsal_page(task: Task, page) -> tuple[object, list[TicketRow]]:
-    """One page of the per-ticket table (PAGE_SIZE tickets in file order): the page, and its rows.
-    Three queries: the count, the items with their checkpoints, their tokens."""
-    items = Paginator(task.items.select_related("checkpoint").order_by("row"), PAGE_SIZE).get_page(page)
+def rehearsal_page(task: Task, page, only=None) -> tuple[object, list[TicketRow]]:
+    """One page of the per-ticket table (PAGE_SIZE tickets in file order; of the item ids `only`, when given):
+    the page, and its rows. Three queries: the count, the items with their checkpoints, their tokens."""
+    items = task.items.select_related("checkpoint").order_by("row")
+    if only is not None:
+        items = items.filter(pk__in=list(only))
+    items = Paginator(items, PAGE_SIZE).get_page(page)
     tokens = items_usage(item.pk for item in items)
     rows = []
     for item in items:
@@ -261,9 +277,53 @@ def rehearsal_page(task: Task, page) -> tuple[object, list[TicketRow]]:
         outputs = checkpoint.step_outputs if checkpoint is not None else {}
         triage, decide = outputs.get("triage") or {}, outputs.get("decide") or {}
         rows.append(TicketRow(item=item, triage=triage, draft=outputs.get("draft") or {}, decide=decide,
-                              expected=item.expected or {}, agree=_agreement(item.expected or {}, triage, decide),
+                              expected=item.expected or {}, agree=agreement_of(item.expected or {}, triage, decide),
                               tokens=tokens.get(item.pk)))
     return items, rows
+
+
+# --------------------------------------------------------------------------- a subset of the tickets
+
+
+AGREEMENT_FILTERS = {"agrees": "agrees with every expected label", "disagrees": "disagrees on an expected label",
+                     "unlabelled": "has no expected label"}
+HELD_FILTERS = {"held": "has an action held for approval", "not_held": "has nothing held"}
+
+
+def _matches(expected, triage, decide, *, agreement: str, category: str, held: str) -> bool:
+    if not decide:
+        return False  # undecided: a filter says what the rehearsal decided
+    agree = agreement_of(expected or {}, triage or {}, decide)
+    if agreement == "agrees" and not (agree and all(agree.values())):
+        return False
+    if agreement == "disagrees" and all(agree.values()):
+        return False
+    if agreement == "unlabelled" and agree:
+        return False
+    if category and (triage or {}).get("category") != category:
+        return False
+    if held and bool(decide.get("held")) != (held == "held"):
+        return False
+    return True
+
+
+def items_matching(task: Task, *, agreement: str = "", category: str = "", held: str = "") -> list[int] | None:
+    """The ids of the decided tickets that match every filter given (agreement with the expected labels, the
+    category given, held or not), in file order; None when no filter is given. One query."""
+    if not (agreement or category or held):
+        return None
+    rows = (Item.objects.filter(task=task).order_by("row")
+            .values_list("pk", "expected", "checkpoint__step_outputs__triage", "checkpoint__step_outputs__decide"))
+    return [pk for pk, expected, triage, decide in rows.iterator(chunk_size=2000)
+            if _matches(expected, triage, decide, agreement=agreement, category=category, held=held)]
+
+
+def categories_given(task: Task) -> list[str]:
+    """The categories the rehearsal gave, in the playbook's order (the category filter's choices)."""
+    given = set(Item.objects.filter(task=task, checkpoint__step_outputs__has_key="triage")
+                .values_list("checkpoint__step_outputs__triage__category", flat=True).distinct())
+    order = _category_order(task.playbook_version)
+    return [c for c in order if c in given] + sorted(c for c in given if c and c not in order)
 
 
 # --------------------------------------------------------------------------- around the rehearsal
@@ -354,7 +414,7 @@ def _sides(task: Task) -> dict[str, tuple[str, Side]]:
         out[ticket_id] = (subject, Side(item_id, triage.get("category") or "—", triage.get("priority") or "—",
                                         tuple(decide.get("actions") or ()),
                                         tuple(sorted((decide.get("held") or {}).items())), draft_hash or "",
-                                        _agreement(expected or {}, triage, decide)))
+                                        agreement_of(expected or {}, triage, decide)))
     return out
 
 
