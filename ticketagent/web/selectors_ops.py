@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from types import SimpleNamespace
 
+from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 from rq import Worker
@@ -18,6 +19,13 @@ from ticketagent.recovery import JOB_MISSING, JOB_STUCK
 from ticketagent.rqworker import is_alive, seconds_since_seen
 
 log = logging.getLogger(__name__)
+
+# A worker says it is alive every HEARTBEAT_SECONDS (the Redis server's clock, whole seconds): silent for two beats
+# and the second's rounding, it is late -- stalled, paused, killed or cut off -- long before it counts as dead
+# (silent for a lease time, when its leases expire).
+def late_after() -> float:
+    return 2 * settings.HEARTBEAT_SECONDS + 1
+
 
 # `manage.py worker` writes its kind into rq's hash; a worker of an older release only into its default name
 WORKER_KINDS = {"inproc": "in-process", "fork": "forking"}
@@ -49,7 +57,10 @@ class WorkerRow:
 
     @property
     def last_seen(self):
-        return None if self.seen_ago is None else timezone.now() - timedelta(seconds=self.seen_ago)
+        """The one time the page shows: its own sign of life, or rq's heartbeat for a worker that gives none."""
+        if self.seen_ago is None:
+            return self.last_heartbeat
+        return timezone.now() - timedelta(seconds=self.seen_ago)
 
 
 @dataclass
@@ -70,6 +81,16 @@ def _worker_kind(written: bytes | None, name: str) -> str:
     return WORKER_KINDS.get(name.split("-", 1)[0], "unknown (started outside manage.py worker)")
 
 
+def _state(worker: Worker, seen_ago: float | None) -> str:
+    """dead: silent for a lease time (killed, paused or cut off; its leases have expired; rq's key lives on);
+    late: silent for longer than its heartbeat (what rq last wrote, "busy", is no longer known); else rq's."""
+    if not is_alive(seen_ago):
+        return "dead"
+    if seen_ago is not None and seen_ago > late_after():
+        return "late"
+    return worker.get_state()
+
+
 def _rq_workers(ops: Operations) -> None:
     """Fill the workers and queue counts from rq's registry."""
     queues = jobs.queues_in_use()  # the shared queue and each helpdesk's
@@ -84,8 +105,7 @@ def _rq_workers(ops: Operations) -> None:
                                                                  "helpdesk_label")
         ops.workers.append(WorkerRow(
             name=worker.name, host=worker.hostname or "?", pid=worker.pid, kind=_worker_kind(kind, worker.name),
-            # silent for a lease time: killed, paused or cut off (its leases have expired; rq's key lives on)
-            state=worker.get_state() if is_alive(seen_ago) else "dead", seen_ago=seen_ago,
+            state=_state(worker, seen_ago), seen_ago=seen_ago,
             last_heartbeat=worker.last_heartbeat, born=worker.birth_date,
             threads=int(threads) if threads and threads.isdigit() else 1,
             helpdesk=helpdesk.decode() if helpdesk else "", helpdesk_label=label.decode() if label else ""))
