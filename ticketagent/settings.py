@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # its index wrappers: the trigram indexes (`OpClass`) of search
     "django_htmx",
     "template_partials",
     "django_rq",

@@ -6,7 +6,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Case, Count, Q, Value, When
 from django.utils import timezone
 from rq import Worker
 
@@ -170,12 +170,17 @@ SEARCH_LIMIT = 100
 
 
 def search(query: str) -> tuple[list[Item], list[Task]]:
-    """Items by ticket id or customer email (exact, case-insensitive for emails), tasks by name or id."""
+    """Items whose ticket id, customer email (so its domain) or subject contains the query, case-insensitive,
+    exact ids and emails first; tasks by name (any part) or number. The parts are found by the trigram indexes
+    (`Item.Meta.indexes`)."""
     query = query.replace("\x00", "").strip()[:254]  # PostgreSQL refuses NUL in text
     if not query:
         return [], []
-    items = list(Item.objects.filter(Q(ticket_id=query) | Q(customer_email__iexact=query)).select_related("task")
-                 .order_by("-task_id", "row")[:SEARCH_LIMIT])
+    exact = Q(ticket_id=query) | Q(customer_email__iexact=query)
+    items = list(Item.objects.filter(exact | Q(ticket_id__icontains=query) | Q(customer_email__icontains=query)
+                                     | Q(subject__icontains=query))
+                 .annotate(inexact=Case(When(exact, then=Value(0)), default=Value(1)))
+                 .select_related("task").order_by("inexact", "-task_id", "row")[:SEARCH_LIMIT])
     number = query.lstrip("#")
     by_name = Q(name__icontains=query)
     if number.isascii() and number.isdigit() and len(number) <= 18:  # a task's number (and never past a bigint)
