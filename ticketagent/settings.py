@@ -79,6 +79,8 @@ MIDDLEWARE = [
     # 400 for a body cut short or a form Django cannot parse
     "ticketagent.web.middleware.RequestSizeLimitMiddleware",
     "csp.middleware.CSPMiddleware",
+    # DEBUG on (make run): the product's 404 and 500 pages instead of Django's debug pages; outside CommonMiddleware
+    "ticketagent.web.error_pages.ProductErrorPages",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
