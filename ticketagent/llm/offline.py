@@ -10,6 +10,7 @@ import re
 
 from ticketagent.llm.base import Tools, Usage, one_line_subject
 from ticketagent.llm.schemas import Decision, Reply, Triage
+from ticketagent.playbooks.checks import language_detect
 from ticketagent.playbooks.spec import PlaybookSpec
 from ticketagent.playbooks.standard import standard_spec
 
@@ -45,6 +46,14 @@ _TEMPLATES = {
 }
 
 
+LANGUAGES = frozenset(_TEMPLATES)  # the languages it writes; any other reply is drafted in English
+
+
+def writes(language: str) -> bool:
+    """Whether the offline model drafts a reply in `language` (a code such as "ru" or "pt-BR")."""
+    return language.lower().replace("_", "-").split("-")[0] in LANGUAGES
+
+
 class OfflineModel:
     label = "offline model"
 
@@ -63,7 +72,9 @@ class OfflineModel:
             "positive" if category.name == "feedback" else "neutral")
         first = re.sub(r"\s+", " ", ticket["body"]).strip()[:160]
         return Triage(category=category.name, priority=priority, sentiment=sentiment,
-                      language=(ticket.get("language") or "und")[:16], summary=first or ticket["subject"][:160])
+                      language=(ticket.get("language") or language_detect(f"{ticket['subject']}\n{ticket['body']}",
+                                                                          min_words=1) or "und")[:16],
+                      summary=first or ticket["subject"][:160])
 
     def draft(self, ticket: dict, triage: Triage, tools: Tools, *, playbook: PlaybookSpec | None = None,
               usage: Usage | None = None, allowance=None) -> Reply:

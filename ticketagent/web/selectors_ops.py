@@ -13,8 +13,12 @@ from rq import Worker
 from ledger.models import Effect, EffectTransition
 from ticketagent import jobs
 from ticketagent.eventlog.merged import merge, transition_payload
+from ticketagent.llm.offline import OfflineModel
+from ticketagent.llm.offline import writes as offline_writes
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import EFFECT_STEPS, REPLY_ACTIONS, effect_holds, not_chosen, rejection_outcome, step_name
+from ticketagent.playbooks.checks import reply_language
+from ticketagent.playbooks.services import published_spec
 from ticketagent.recovery import JOB_MISSING, JOB_STUCK
 from ticketagent.rqworker import is_alive, seconds_since_seen
 
@@ -225,6 +229,20 @@ def merged_history(events: list[Event], transitions: list[EffectTransition]) -> 
                 payload=transition_payload(t.snapshot, t.from_state, t.note),
                 words=EVENT_WORDS.get(t.event, t.event.replace("_", " ").lower()))))
     return list(merge(((ev.timestamp, ev.pk, ev) for ev in events), entries))[:2000]
+
+
+def offline_language_gap(item: Item, checkpoint, served: dict) -> dict | None:
+    """When the offline model drafted the reply and cannot write the language it should be in (it drafts in English):
+    {"language": that language, "held": whether the reply checks' language check held the draft for a person}."""
+    outputs = checkpoint.step_outputs if checkpoint else {}
+    if served.get("draft") != OfflineModel.label or not outputs.get("draft"):
+        return None
+    spec = published_spec(checkpoint.playbook_version)
+    wanted = reply_language(spec, ticket={"language": item.language}, triage=outputs.get("triage") or {})
+    if not wanted or offline_writes(wanted):
+        return None
+    checks = (outputs.get("decide") or {}).get("checks") or []
+    return {"language": wanted, "held": any(c.get("check") == "wrong_language" for c in checks)}
 
 
 def item_decision(item: Item, checkpoint) -> dict | None:
