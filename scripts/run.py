@@ -71,6 +71,7 @@ from ops import pgserver  # noqa: E402
 from ops.processes import Processes, StartError, describe_exit, say, wait_port  # noqa: E402
 from ops.procfile import command_line, int_env, load_env_file, read_procfile  # noqa: E402
 from ops.sandbox_child import start_sandbox  # noqa: E402
+from ops.workers_up import WORKERS_UP_SECONDS, wait_for_workers  # noqa: E402
 
 ROOT = er.ROOT
 PY = sys.executable
@@ -319,17 +320,19 @@ def collectstatic(env: dict) -> None:
         raise SystemExit(f"manage.py collectstatic failed ({describe_exit(result.returncode)}); nothing was started")
 
 
-def start_processes(stack: Stack, env: dict, var: Path, workers: int, web_port: int) -> None:
-    """The Procfile's worker (times `workers`), sweep and web processes, by the Procfile's commands."""
+def start_processes(stack: Stack, env: dict, var: Path, workers: int, web_port: int) -> list[int]:
+    """The Procfile's worker (times `workers`), sweep and web processes, by the Procfile's commands; returns the
+    workers' process ids."""
     say("== worker, sweep, web (from the Procfile)")
     commands = read_procfile(PROCFILE)
     env = {"WORKER_THREADS": "8", **env, "PORT": str(web_port), "WEB_BIND": f"127.0.0.1:{web_port}",
            "TICKETAGENT_VAR_DIR": str(var)}
     stack.procs.env = env
-    for number in range(1, workers + 1):
-        stack.procs.start(f"worker-{number}", command_line(commands["worker"], env), stream=True)
+    pids = [stack.procs.start(f"worker-{number}", command_line(commands["worker"], env), stream=True).pid
+            for number in range(1, workers + 1)]
     stack.procs.start("sweep", command_line(commands["sweep"], env), stream=True)
     stack.procs.start("web", command_line(commands["web"], env), stream=True)
+    return pids
 
 
 def wanted_model() -> str:
@@ -400,18 +403,27 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
     model_line = start_model(stack, env, var) if model == "local" else ""
     export = second_shell(env, model)
 
-    start_processes(stack, env, var, workers, web_port)
+    pids = start_processes(stack, env, var, workers, web_port)
     if not wait_port(web_port, 60, check=stack.check_children):
         raise SystemExit(f"the web server did not answer on port {web_port} within 60s")
+    up = wait_for_workers(redis_url, pids, check=stack.check_children)
+    if up < workers:
+        title = [f"ticket agents are starting: {up} of {workers} workers up",
+                 f"(no heartbeat from the rest within {WORKERS_UP_SECONDS} s: their output is above; the Workers "
+                 f"page shows each one as it comes up)"]
+    elif workers:
+        title = ["ticket agents are running"]
+    else:
+        title = ["ticket agents are not running: WORKERS=0 (the dashboard only; nothing processes a batch)"]
     return [
-        "ticket agents are running",
+        *title,
         "",
         f"dashboard  http://127.0.0.1:{web_port}/",
         f"login      {login}",
         f"database   {database}",
         f"redis      {redis_label}",
         f"sandbox    {sandbox_url}  (SMTP 127.0.0.1:{smtp_port})",
-        f"workers    {workers} + the recovery sweep",
+        f"workers    {up} of {workers} up (each said it is alive) + the recovery sweep",
         *([f"model      {model_line}"] if model_line else []),
         *[f"note       {note}" for note in notes],
         "",

@@ -3,6 +3,7 @@
 import hashlib
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Upper
@@ -192,6 +193,11 @@ class Item(models.Model):
             # search across tasks: by ticket id, by customer email (case-insensitive)
             models.Index(fields=["ticket_id"], name="item_ticket_idx"),
             models.Index(Upper("customer_email"), name="item_customer_email_idx"),
+            # ... and by any part of a ticket id, an email (a domain) or a subject: `icontains` is
+            # UPPER(col) LIKE UPPER('%part%'), which a trigram index on UPPER(col) answers (pg_trgm, 0018)
+            GinIndex(OpClass(Upper("ticket_id"), name="gin_trgm_ops"), name="item_ticket_trgm_idx"),
+            GinIndex(OpClass(Upper("customer_email"), name="gin_trgm_ops"), name="item_email_trgm_idx"),
+            GinIndex(OpClass(Upper("subject"), name="gin_trgm_ops"), name="item_subject_trgm_idx"),
         ]
 
     def __str__(self):

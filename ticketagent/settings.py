@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # its index wrappers: the trigram indexes (`OpClass`) of search
     "django_htmx",
     "template_partials",
     "django_rq",
@@ -78,6 +79,8 @@ MIDDLEWARE = [
     # 400 for a body cut short or a form Django cannot parse
     "ticketagent.web.middleware.RequestSizeLimitMiddleware",
     "csp.middleware.CSPMiddleware",
+    # DEBUG on (make run): the product's 404 and 500 pages instead of Django's debug pages; outside CommonMiddleware
+    "ticketagent.web.error_pages.ProductErrorPages",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

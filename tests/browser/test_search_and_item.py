@@ -5,6 +5,7 @@ Before: finding a ticket by its id or a customer's email across tasks was imposs
 import pytest
 from playwright.sync_api import expect
 
+from ticketagent.models import Item
 from ticketagent.pipeline.run import item_process
 
 from ..factories import make_task
@@ -33,7 +34,12 @@ def test_search_from_any_page_finds_tickets_customers_and_tasks(page, live_serve
     page.goto(f"/search/?q={world['running'].pk}")
     expect(page.locator(f"#result-task-{world['running'].pk}")).to_be_visible()
     page.goto("/search/?q=nobody@example.com")
-    expect(page.locator("table.results")).to_contain_text("No ticket has this id or customer email")
+    expect(page.locator("table.results")).to_contain_text(
+        "No ticket's id, customer email or subject contains “nobody@example.com”")
+    page.get_by_label("Search tickets, customers, tasks").fill("example.com")  # a domain: part of the emails
+    page.get_by_label("Search tickets, customers, tasks").press("Enter")
+    expect(page.locator("table.results tbody tr")).to_have_count(Item.objects.count())
+    expect(page.locator("#search-what")).to_contain_text("customer email (so a domain such as example.com)")
 
 
 def test_an_items_page_tells_its_whole_history_with_times(page, live_server, queue, sandbox, alice):

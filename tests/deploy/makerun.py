@@ -89,7 +89,7 @@ class MakeRun:
 
     def read_banner(self) -> None:
         text = self.output()
-        self.banner = text[text.rindex("ticket agents are running"):]
+        self.banner = text[text.rindex("ticket agents are "):]  # running, or starting (workers still coming up)
         self.url = re.search(r"dashboard +(http://127\.0\.0\.1:\d+/)", self.banner).group(1)
         self.password = re.search(r"login +admin / (\S+)", self.banner).group(1)
         export = re.search(r"^\| (export .+?) *\|$", self.banner, re.M).group(1)

@@ -1,6 +1,8 @@
 """The README's first command, as a newcomer meets it: `make run` in a fresh copy of the checkout serves the
 dashboard, a 5-ticket batch uploaded through the real form reaches `completed` on the real workers, and a
-terminal's Ctrl-C stops everything, nothing killed.
+terminal's Ctrl-C stops everything, nothing killed. The banner comes once the workers have said they are alive (it
+said "running" 24 s before they were up), and an unknown address is the product's own 404 page (it was Django's
+debug page, 466 px wide at 390).
 
 In CI the copy runs on the venv `.ci/run` made from requirements.txt alone (TICKETAGENT_RUNTIME_VENV): a module
 that needs something only the dev set installs fails here too.
@@ -60,12 +62,23 @@ def test_make_run_in_a_fresh_checkout_serves_a_batch_to_the_end_and_stops_on_ctr
     stack = MakeRun.start(tmp_path)
     try:
         page = browser.new_page(base_url=stack.url.rstrip("/"))
+        # the banner waited for the workers' first heartbeat: both are alive the moment it is printed
+        assert stack.banner.startswith("ticket agents are running"), stack.banner
+        assert re.search(r"workers +2 of 2 up", stack.banner), stack.banner
+        assert page.request.get("/readyz").json()["workers"] == 2
         page.goto("/")
         page.wait_for_url(re.compile(r"/accounts/login/"))
         page.get_by_label("Username").fill("admin")
         page.get_by_label("Password").fill(stack.password)
         page.get_by_role("button", name="Log in").click()
         page.wait_for_url(re.compile(r"/$"))
+        page.set_viewport_size({"width": 390, "height": 844})
+        missing = page.goto("/no-such-page/")  # DEBUG is on under make run: still the product's page, not Django's
+        assert missing.status == 404
+        expect(page.locator("#not-found-h")).to_have_text("Not found")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto("/")
         page.get_by_role("link", name="Upload").first.click()
         page.locator("input[name=file]").set_input_files(
             {"name": "first.csv", "mimeType": "text/csv", "buffer": five_tickets()})

@@ -14,6 +14,7 @@ import re
 
 from ticketagent.llm.base import Tools, Usage, one_line_subject
 from ticketagent.llm.schemas import Decision, Reply, Triage, triage_schema
+from ticketagent.playbooks.checks import language_detect
 from ticketagent.playbooks.facts import facts_extract
 from ticketagent.playbooks.spec import PlaybookSpec
 from ticketagent.playbooks.standard import standard_spec
@@ -48,6 +49,14 @@ _TEMPLATES = {
 }
 
 
+LANGUAGES = frozenset(_TEMPLATES)  # the languages it writes; any other reply is drafted in English
+
+
+def writes(language: str) -> bool:
+    """Whether the offline model drafts a reply in `language` (a code such as "ru" or "pt-BR")."""
+    return language.lower().replace("_", "-").split("-")[0] in LANGUAGES
+
+
 class OfflineModel:
     label = "offline model"
 
@@ -66,7 +75,8 @@ class OfflineModel:
             "positive" if category.name == "feedback" else "neutral")
         first = re.sub(r"\s+", " ", ticket["body"]).strip()[:160]
         fields = {"category": category.name, "priority": category.priority, "sentiment": sentiment,
-                  "language": (ticket.get("language") or "und")[:16], "summary": first or ticket["subject"][:160]}
+                  "language": (ticket.get("language") or language_detect(text, min_words=1) or "und")[:16],
+                  "summary": first or ticket["subject"][:160]}
         facts = spec.extracted_facts()
         if not facts:
             return Triage(**fields)

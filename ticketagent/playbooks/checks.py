@@ -38,7 +38,8 @@ _LABEL_LINE = re.compile(r"^\s*(triage|reply|decision|summary|category|sentiment
 _JSON_KEYS = re.compile(r"\"(subject|body|category|priority|sentiment|actions|summary)\"\s*:")
 _SYSTEM_WORDS = ("you are a support-ticket assistant", "untrusted customer input", "requested schema")
 _STOPWORDS = {
-    "en": "the and you your to of is for we our with this that have please thank be are it not can will",
+    "en": "the and you your to of is for we our with this that have please thank be are it not can will "
+          "where what how why when my me hello hi help password refund invoice thanks",  # a short ticket's
     "de": "und der die das sie ihr ihre ist nicht wir mit für bitte danke ein eine zu den auf wird haben",
     "fr": "le la les et vous votre est pas nous avec pour merci une un des du sur dans sera avons bien",
     "es": "el la los las y usted su es no nosotros con para gracias una un del que por será hemos muy",
@@ -170,8 +171,15 @@ def reply_language(spec: PlaybookSpec, *, ticket: dict, triage: dict) -> str:
     return code if code and code != "und" else ""
 
 
-def language_detect(text: str) -> str:
-    """The language `text` is written in, when that is clear ("" when it is not)."""
+# Alphabets of one language, or of one that most tickets in it are (Cyrillic: Russian unless a letter says Ukrainian)
+_SCRIPTS = (("ru", "\u0400", "\u04ff"), ("el", "\u0370", "\u03ff"), ("ar", "\u0600", "\u06ff"),
+            ("he", "\u0590", "\u05ff"), ("th", "\u0e00", "\u0e7f"))
+
+
+def language_detect(text: str, *, min_words: int = 4) -> str:
+    """The language `text` is written in, when that is clear ("" when it is not): by its alphabet, else by its
+    common words, at least `min_words` of them and twice as many as another language's (a reply is checked so;
+    the offline model's triage asks one word more than any other language for a short ticket's)."""
     letters = [c for c in text if c.isalpha()]
     if not letters:
         return ""
@@ -180,7 +188,12 @@ def language_detect(text: str) -> str:
     hangul = sum(1 for c in letters if "\uac00" <= c <= "\ud7af")
     if (kana + han + hangul) / len(letters) > 0.3:
         return "ja" if kana else ("ko" if hangul > han else "zh")
+    for lang, first, last in _SCRIPTS:
+        if sum(1 for c in letters if first <= c <= last) / len(letters) > 0.5:
+            return "uk" if lang == "ru" and any(c in "іїєґІЇЄҐ" for c in letters) else lang
     words = re.findall(r"[^\W\d_]+", text.casefold())
     scores = sorted(((sum(1 for w in words if w in vocab), lang) for lang, vocab in _WORDS.items()), reverse=True)
     (best, lang), (second, _) = scores[0], scores[1]
-    return lang if best >= 4 and best >= 2 * second else ""
+    if min_words >= 4:
+        return lang if best >= min_words and best >= 2 * second else ""
+    return lang if best >= min_words and best > second else ""

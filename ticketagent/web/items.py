@@ -27,7 +27,7 @@ def item_detail(request, pk):
               if ev.type == EventType.STEP_DONE and ev.payload.get("model")}
     return render_page(request, "tasks/item.html", None, {
         "item": item, "checkpoint": checkpoint, "decision": selectors_ops.item_decision(item, checkpoint),
-        "served": served,
+        "served": served, "language_gap": selectors_ops.offline_language_gap(item, checkpoint, served),
         "checkpoint_json": json.dumps(checkpoint.snapshot(), indent=2, ensure_ascii=False) if checkpoint else "",
         "effects": effects, "events": events, "model_steps": model_steps, "model_usage": model_usage,
     })

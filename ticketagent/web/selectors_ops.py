@@ -5,19 +5,31 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from types import SimpleNamespace
 
-from django.db.models import Count, Q
+from django.conf import settings
+from django.db.models import Case, Count, Q, Value, When
 from django.utils import timezone
 from rq import Worker
 
 from ledger.models import Effect, EffectTransition
 from ticketagent.eventlog.merged import merge, transition_payload
+from ticketagent.llm.offline import OfflineModel
+from ticketagent.llm.offline import writes as offline_writes
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import EFFECT_STEPS, REPLY_ACTIONS, effect_holds, not_chosen, rejection_outcome, step_name
+from ticketagent.playbooks.checks import reply_language
+from ticketagent.playbooks.services import published_spec
 from ticketagent.scheduling import jobs
 from ticketagent.scheduling.recovery import JOB_MISSING, JOB_STUCK
 from ticketagent.scheduling.rqworker import is_alive, seconds_since_seen
 
 log = logging.getLogger(__name__)
+
+# A worker says it is alive every HEARTBEAT_SECONDS (the Redis server's clock, whole seconds): silent for two beats
+# and the second's rounding, it is late -- stalled, paused, killed or cut off -- long before it counts as dead
+# (silent for a lease time, when its leases expire).
+def late_after() -> float:
+    return 2 * settings.HEARTBEAT_SECONDS + 1
+
 
 # `manage.py worker` writes its kind into rq's hash; a worker of an older release only into its default name
 WORKER_KINDS = {"inproc": "in-process", "fork": "forking"}
@@ -49,7 +61,10 @@ class WorkerRow:
 
     @property
     def last_seen(self):
-        return None if self.seen_ago is None else timezone.now() - timedelta(seconds=self.seen_ago)
+        """The one time the page shows: its own sign of life, or rq's heartbeat for a worker that gives none."""
+        if self.seen_ago is None:
+            return self.last_heartbeat
+        return timezone.now() - timedelta(seconds=self.seen_ago)
 
 
 @dataclass
@@ -70,6 +85,16 @@ def _worker_kind(written: bytes | None, name: str) -> str:
     return WORKER_KINDS.get(name.split("-", 1)[0], "unknown (started outside manage.py worker)")
 
 
+def _state(worker: Worker, seen_ago: float | None) -> str:
+    """dead: silent for a lease time (killed, paused or cut off; its leases have expired; rq's key lives on);
+    late: silent for longer than its heartbeat (what rq last wrote, "busy", is no longer known); else rq's."""
+    if not is_alive(seen_ago):
+        return "dead"
+    if seen_ago is not None and seen_ago > late_after():
+        return "late"
+    return worker.get_state()
+
+
 def _rq_workers(ops: Operations) -> None:
     """Fill the workers and queue counts from rq's registry."""
     queues = jobs.queues_in_use()  # the shared queue and each helpdesk's
@@ -84,8 +109,7 @@ def _rq_workers(ops: Operations) -> None:
                                                                  "helpdesk_label")
         ops.workers.append(WorkerRow(
             name=worker.name, host=worker.hostname or "?", pid=worker.pid, kind=_worker_kind(kind, worker.name),
-            # silent for a lease time: killed, paused or cut off (its leases have expired; rq's key lives on)
-            state=worker.get_state() if is_alive(seen_ago) else "dead", seen_ago=seen_ago,
+            state=_state(worker, seen_ago), seen_ago=seen_ago,
             last_heartbeat=worker.last_heartbeat, born=worker.birth_date,
             threads=int(threads) if threads and threads.isdigit() else 1,
             helpdesk=helpdesk.decode() if helpdesk else "", helpdesk_label=label.decode() if label else ""))
@@ -150,12 +174,17 @@ SEARCH_LIMIT = 100
 
 
 def search(query: str) -> tuple[list[Item], list[Task]]:
-    """Items by ticket id or customer email (exact, case-insensitive for emails), tasks by name or id."""
+    """Items whose ticket id, customer email (so its domain) or subject contains the query, case-insensitive,
+    exact ids and emails first; tasks by name (any part) or number. The parts are found by the trigram indexes
+    (`Item.Meta.indexes`)."""
     query = query.replace("\x00", "").strip()[:254]  # PostgreSQL refuses NUL in text
     if not query:
         return [], []
-    items = list(Item.objects.filter(Q(ticket_id=query) | Q(customer_email__iexact=query)).select_related("task")
-                 .order_by("-task_id", "row")[:SEARCH_LIMIT])
+    exact = Q(ticket_id=query) | Q(customer_email__iexact=query)
+    items = list(Item.objects.filter(exact | Q(ticket_id__icontains=query) | Q(customer_email__icontains=query)
+                                     | Q(subject__icontains=query))
+                 .annotate(inexact=Case(When(exact, then=Value(0)), default=Value(1)))
+                 .select_related("task").order_by("inexact", "-task_id", "row")[:SEARCH_LIMIT])
     number = query.lstrip("#")
     by_name = Q(name__icontains=query)
     if number.isascii() and number.isdigit() and len(number) <= 18:  # a task's number (and never past a bigint)
@@ -200,6 +229,20 @@ def merged_history(events: list[Event], transitions: list[EffectTransition]) -> 
                 payload=transition_payload(t.snapshot, t.from_state, t.note),
                 words=EVENT_WORDS.get(t.event, t.event.replace("_", " ").lower()))))
     return list(merge(((ev.timestamp, ev.pk, ev) for ev in events), entries))[:2000]
+
+
+def offline_language_gap(item: Item, checkpoint, served: dict) -> dict | None:
+    """When the offline model drafted the reply and cannot write the language it should be in (it drafts in English):
+    {"language": that language, "held": whether the reply checks' language check held the draft for a person}."""
+    outputs = checkpoint.step_outputs if checkpoint else {}
+    if served.get("draft") != OfflineModel.label or not outputs.get("draft"):
+        return None
+    spec = published_spec(checkpoint.playbook_version)
+    wanted = reply_language(spec, ticket={"language": item.language}, triage=outputs.get("triage") or {})
+    if not wanted or offline_writes(wanted):
+        return None
+    checks = (outputs.get("decide") or {}).get("checks") or []
+    return {"language": wanted, "held": any(c.get("check") == "wrong_language" for c in checks)}
 
 
 def item_decision(item: Item, checkpoint) -> dict | None:

@@ -11,4 +11,5 @@ from ticketagent.web.access import login_required, render_page
 @require_GET
 def workers_page(request):
     return render_page(request, "workers.html", "workers-live", {
-        "ops": selectors_ops.operations_overview(), "lease_seconds": settings.LEASE_SECONDS})
+        "ops": selectors_ops.operations_overview(), "lease_seconds": settings.LEASE_SECONDS,
+        "heartbeat_seconds": settings.HEARTBEAT_SECONDS})
