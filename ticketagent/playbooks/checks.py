@@ -183,6 +183,19 @@ def language_detect(text: str, *, min_words: int = 4) -> str:
     letters = [c for c in text if c.isalpha()]
     if not letters:
         return ""
+    by_script = _script_language(letters)
+    if by_script:
+        return by_script
+    words = re.findall(r"[^\W\d_]+", text.casefold())
+    scores = sorted(((sum(1 for w in words if w in vocab), lang) for lang, vocab in _WORDS.items()), reverse=True)
+    (best, lang), (second, _) = scores[0], scores[1]
+    if min_words >= 4:
+        return lang if best >= min_words and best >= 2 * second else ""
+    return lang if best >= min_words and best > second else ""
+
+
+def _script_language(letters: list[str]) -> str:
+    """The language that `letters` (not empty) are mostly written in by their alphabet ("" for Latin or mixed)."""
     kana = sum(1 for c in letters if "\u3040" <= c <= "\u30ff")
     han = sum(1 for c in letters if "\u4e00" <= c <= "\u9fff")
     hangul = sum(1 for c in letters if "\uac00" <= c <= "\ud7af")
@@ -191,9 +204,4 @@ def language_detect(text: str, *, min_words: int = 4) -> str:
     for lang, first, last in _SCRIPTS:
         if sum(1 for c in letters if first <= c <= last) / len(letters) > 0.5:
             return "uk" if lang == "ru" and any(c in "іїєґІЇЄҐ" for c in letters) else lang
-    words = re.findall(r"[^\W\d_]+", text.casefold())
-    scores = sorted(((sum(1 for w in words if w in vocab), lang) for lang, vocab in _WORDS.items()), reverse=True)
-    (best, lang), (second, _) = scores[0], scores[1]
-    if min_words >= 4:
-        return lang if best >= min_words and best >= 2 * second else ""
-    return lang if best >= min_words and best > second else ""
+    return ""
