@@ -12,7 +12,7 @@ from rq import Worker
 from ledger.models import Effect, EffectTransition
 from ticketagent.eventlog.merged import merge, transition_payload
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.plan import EFFECT_STEPS, REPLY_ACTIONS, effect_holds, not_chosen, rejection_outcome, step_name
+from ticketagent.plan import EFFECT_STEPS, REPLY_ACTIONS, held_for_approval, not_chosen, rejection_outcome, step_name
 from ticketagent.scheduling import jobs
 from ticketagent.scheduling.recovery import JOB_MISSING, JOB_STUCK
 from ticketagent.scheduling.rqworker import is_alive, seconds_since_seen
@@ -213,8 +213,7 @@ def item_decision(item: Item, checkpoint) -> dict | None:
     if not outputs.get("triage"):
         return None
     decide = outputs.get("decide") or {}
-    held = effect_holds(outputs, allow_auto_close=item.task.allow_auto_close) if decide else {}
-    held = {action: why for action, why in held.items() if action in decide.get("actions", ())}
+    held = held_for_approval(decide, allow_auto_close=item.task.allow_auto_close)
     not_run = {step: output["skipped"] for step, output in outputs.items() if step in EFFECT_STEPS
                and isinstance(output, dict) and output.get("skipped") and not not_chosen(output)}
     rejection = None
