@@ -9,7 +9,6 @@ record serves the numbers, never the call.
 import logging
 from datetime import datetime
 
-from django.db import DatabaseError
 from django.utils import timezone
 
 from ticketagent.models import ApiOutage
@@ -28,13 +27,13 @@ class OutageLog:
             # an outage whose end Redis forgot (flushed, restarted) ends where the new one begins
             ApiOutage.objects.filter(what=what, endpoint=endpoint, ended_at=None).update(ended_at=now)
             ApiOutage.objects.create(what=what, endpoint=endpoint, started_at=now)
-        except DatabaseError:
+        except Exception:  # noqa: BLE001 - the record serves the numbers, never the call
             log.warning("%s %s: the outage could not be recorded", what, endpoint, exc_info=True)
 
     def ended(self, what: str, endpoint: str) -> None:
         try:
             ApiOutage.objects.filter(what=what, endpoint=endpoint, ended_at=None).update(ended_at=timezone.now())
-        except DatabaseError:
+        except Exception:  # noqa: BLE001 - the record serves the numbers, never the call
             log.warning("%s %s: the outage's end could not be recorded", what, endpoint, exc_info=True)
 
 
