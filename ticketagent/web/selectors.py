@@ -88,20 +88,13 @@ def _frozen(task: Task) -> bool:
 def task_paces(tasks: list[Task], counts: dict[int, dict], now=None) -> dict[int, Pace]:
     """Each task's pace from its recorded timeline: its status changes (one query), the model API's outages
     (one) and, for tasks under way, the end times of its items in its recent running time (one more)."""
-    changes: dict[int, list] = {}
-    for task_id, kind, status, at in Event.objects.filter(task__in=[t.pk for t in tasks], type__in=STATUS_EVENTS) \
-            .values_list("task_id", "type", "payload__status", "timestamp").order_by("id"):
-        changes.setdefault(task_id, []).append((at, STATUS_EVENTS[kind] or status or ""))
+    changes = _status_changes(tasks)
     now = now or timezone.now()
     starts = [t.started_at or t.created_at for t in tasks]
     outages = model_outages(min(starts)) if starts else []
     under_way = [t for t in tasks if t.status not in FINAL_TASK_STATUSES and t.started_at]
     since = {t.pk: _window_start(t, changes.get(t.pk, []), now, outages) for t in under_way}
-    finished: dict[int, list] = {}
-    if since:
-        for task_id, at in Item.objects.filter(task__in=since, finished_at__gte=min(since.values())).values_list(
-                "task_id", "finished_at"):
-            finished.setdefault(task_id, []).append(at)
+    finished = _ended_since(since)
     paces = {}
     for task in tasks:
         started = task.started_at or task.created_at
@@ -119,6 +112,25 @@ def task_paces(tasks: list[Task], counts: dict[int, dict], now=None) -> dict[int
         else:
             paces[task.pk] = Pace(None, None)
     return paces
+
+
+def _status_changes(tasks: list[Task]) -> dict[int, list]:
+    """Per task, its status changes (time, status) in the order they were recorded (one query)."""
+    changes: dict[int, list] = {}
+    for task_id, kind, status, at in Event.objects.filter(task__in=[t.pk for t in tasks], type__in=STATUS_EVENTS) \
+            .values_list("task_id", "type", "payload__status", "timestamp").order_by("id"):
+        changes.setdefault(task_id, []).append((at, STATUS_EVENTS[kind] or status or ""))
+    return changes
+
+
+def _ended_since(since: dict) -> dict[int, list]:
+    """Per task (id -> where its recent window begins), the end times of its items since then (one query)."""
+    finished: dict[int, list] = {}
+    if since:
+        for task_id, at in Item.objects.filter(task__in=since, finished_at__gte=min(since.values())).values_list(
+                "task_id", "finished_at"):
+            finished.setdefault(task_id, []).append(at)
+    return finished
 
 
 def _window_start(task: Task, changes: list, now, outages):
