@@ -10,7 +10,7 @@ them with it).
 from django.contrib import admin
 
 from ledger.admin import ReadOnlyAdmin as ViewOnlyAdmin
-from ticketagent.models import Article, Blob, Checkpoint, Event, Item, Playbook, PlaybookVersion, Task
+from ticketagent.models import ApiOutage, Article, Blob, Checkpoint, Event, Item, Playbook, PlaybookVersion, Task
 
 
 @admin.register(Task)
@@ -58,6 +58,12 @@ class EventAdmin(ViewOnlyAdmin):
 @admin.register(Blob)
 class BlobAdmin(ViewOnlyAdmin):
     list_display = ("sha256", "created_at")
+
+
+@admin.register(ApiOutage)
+class ApiOutageAdmin(ViewOnlyAdmin):
+    list_display = ("what", "endpoint", "started_at", "ended_at")
+    list_filter = ("what",)
 
 
 @admin.register(Playbook)

@@ -104,12 +104,13 @@ class Governor:
     """See the module docstring. Thread-safe: a turn and the end of a call are one Redis script each."""
 
     def __init__(self, redis_conn, endpoint: str, *, what: str = "the model API",
-                 limits: Callable[[], Limits] = model_limits):
+                 limits: Callable[[], Limits] = model_limits, outage_log=None):
         self.r = redis_conn
         self.key = "ticketagent:governor:" + hashlib.sha256(endpoint.encode()).hexdigest()[:16]
         self.endpoint = endpoint
         self.what = what  # how people are told what is waited for: "the model API", "the helpdesk"
         self.limits = limits
+        self.outage_log = outage_log  # told when the API goes down and comes back (`outages.OutageLog`), or None
         self._turn_script = redis_conn.register_script(_TURN)
         self._end_script = redis_conn.register_script(_END)
 
@@ -169,8 +170,10 @@ class Governor:
         keep the limits the API said -- in one round trip (`_END`). Returns Redis's time."""
         turn.ended = True
         learned = learned or {}
-        now = self._end_script(args=[self.key, turn.token, int(turn.probing), int(answered), max(tokens, 0),
-                                     learned.get("rpm", ""), learned.get("tpm", "")])
+        now, back = self._end_script(args=[self.key, turn.token, int(turn.probing), int(answered), max(tokens, 0),
+                                           learned.get("rpm", ""), learned.get("tpm", "")])
+        if int(back) and self.outage_log is not None:  # this answer ended an outage
+            self.outage_log.ended(self.what, self.endpoint)
         return float(now)
 
     # -- what the answer said --------------------------------------------------------
@@ -200,7 +203,8 @@ class Governor:
     def unreachable(self, turn: Turn) -> None:
         """No answer, or a 5xx, past the quick retries: the endpoint is down until a probe gets an answer."""
         now = self.now()
-        self.r.set(self._k("down_since"), now, nx=True)
+        if self.r.set(self._k("down_since"), now, nx=True) and self.outage_log is not None:
+            self.outage_log.began(self.what, self.endpoint)
         failures = self.r.incr(self._k("failures"))
         limits = self.limits()
         self._back_off(now + min(limits.first_pause * 2 ** (failures - 1), limits.probe_max_seconds), "an outage")
@@ -275,14 +279,17 @@ return {answer, '0', 0}
 """
 
 # The end of a call (`Governor._end`). ARGV: the key prefix, the token, 1 for a probe, 1 for an answer, its
-# tokens, the learned requests and tokens per minute ('' when the headers said none). Answers Redis's time.
+# tokens, the learned requests and tokens per minute ('' when the headers said none). Answers Redis's time and
+# 1 when the answer ended an outage (else 0).
 _END = """
 local p = ARGV[1]
 local t = redis.call('TIME')
 redis.call('ZREM', p .. ':inflight', ARGV[2])
 if ARGV[3] == '1' then redis.call('DEL', p .. ':probe') end
+local back = 0
 if ARGV[4] == '1' then
-  redis.call('DEL', p .. ':down_since', p .. ':failures')
+  back = redis.call('DEL', p .. ':down_since')
+  redis.call('DEL', p .. ':failures')
   if tonumber(ARGV[5]) > 0 then
     local counter = p .. ':tpm:' .. math.floor(tonumber(t[1]) / 60)
     redis.call('INCRBY', counter, ARGV[5])
@@ -291,20 +298,24 @@ if ARGV[4] == '1' then
   if ARGV[6] ~= '' then redis.call('HSET', p .. ':learned', 'rpm', ARGV[6]) end
   if ARGV[7] ~= '' then redis.call('HSET', p .. ':learned', 'tpm', ARGV[7]) end
 end
-return tostring(tonumber(t[1]) + tonumber(t[2]) / 1000000)
+return {tostring(tonumber(t[1]) + tonumber(t[2]) / 1000000), back}
 """
 _GOVERNORS: dict[tuple, Governor] = {}
 
 
 def shared_governor(endpoint: str, *, what: str, limits: Callable[[], Limits]) -> Governor:
-    """The governor of `endpoint` on REDIS_URL (one per process, Redis and endpoint)."""
+    """The governor of `endpoint` on REDIS_URL (one per process, Redis and endpoint); its outages are recorded
+    (`outages.OutageLog`)."""
     import redis
+
+    from ticketagent.outages import OutageLog
 
     config = (settings.REDIS_URL, endpoint)
     found = _GOVERNORS.get(config)
     if found is None:
         conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
-        found = _GOVERNORS[config] = Governor(conn, endpoint, what=what, limits=limits)
+        found = _GOVERNORS[config] = Governor(conn, endpoint, what=what, limits=limits,
+                                                       outage_log=OutageLog())
     return found
 
 

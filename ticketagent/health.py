@@ -1,7 +1,13 @@
 """The health numbers (resumes, unknowns, blocked duplicates, counts by state, model usage today), counted once, shared.
 
 The recovery sweep counts them every HEALTH_CACHE_SECONDS and shares them
-through the cache, so no page view waits for whole-table counts.
+through the cache, so no page view waits for whole-table counts. They are
+the one source of every count a page shows of the whole system: the
+header's "needs a person" counts are read from the same snapshot
+(`web.selectors_review.attention_counts`), so a tile, the header and
+"items by state" never disagree; each says when it was counted (`as_of`).
+A person's change forgets the snapshot (`health_numbers_forget`), so their
+own act shows at once.
 """
 
 import logging
@@ -13,7 +19,7 @@ from django.utils import timezone
 
 from ledger.models import BlockedDuplicate, Effect, EffectState
 from ticketagent.eventlog.usage import usage_since
-from ticketagent.models import Event, EventType, Item, Task
+from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,14 @@ def health_numbers_refresh(ttl: float | None = None) -> None:
         _share(health_numbers_now(), 2 * ttl)
 
 
+def health_numbers_forget() -> None:
+    """The next read counts again: a person changed something the counts show."""
+    try:
+        cache.delete(HEALTH_CACHE_KEY)
+    except Exception:  # noqa: BLE001 - without Redis each request counts for itself
+        log.debug("health numbers: cache unavailable", exc_info=True)
+
+
 def _share(numbers: dict, seconds: float) -> None:
     try:
         cache.set(HEALTH_CACHE_KEY, numbers, seconds)
@@ -82,6 +96,8 @@ def health_numbers_now() -> dict:
         "items_by_state": dict(Item.objects.values_list("status").annotate(n=Count("*"))),
         "effects_by_state": dict(Effect.objects.values_list("state").annotate(n=Count("*"))),
         "tasks_by_state": dict(Task.objects.values_list("status").annotate(n=Count("*"))),
+        # the failed items Review asks a person about: those of tasks that need review
+        "failed_to_review": Item.objects.filter(status=ItemStatus.FAILED, task__status=TaskStatus.NEEDS_REVIEW).count(),
         # the model calls of today, in TIME_ZONE: tokens and cost (eventlog.usage)
         "usage_today": usage_since(timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)),
     }

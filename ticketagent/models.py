@@ -350,3 +350,20 @@ class Blob(models.Model):
     sha256 = models.CharField(max_length=64, primary_key=True)
     content = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True)
+
+
+class ApiOutage(models.Model):
+    """A time an outside API was down (`governor.Governor`: from its first unanswered call past the retries to
+    the first answer), kept so that a task's pace counts only the time it could run (`web.pace`). Redis holds
+    the outage while it lasts; this row is its record."""
+
+    what = models.CharField(max_length=40)  # "the model API", "the helpdesk": as the governor names it
+    endpoint = models.CharField(max_length=500)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)  # None while it lasts
+
+    class Meta:
+        indexes = [models.Index(fields=["what", "started_at"], name="outage_started_idx")]
+
+    def __str__(self):
+        return f"{self.what} down since {self.started_at:%Y-%m-%d %H:%M:%S}"

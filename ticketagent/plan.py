@@ -71,6 +71,25 @@ def effect_holds(outputs: dict, *, allow_auto_close: bool) -> dict[str, str]:
     return held
 
 
+def held_for_approval(decide: dict, *, allow_auto_close: bool) -> dict[str, str]:
+    """What an item with this decision will hold for a person, and why: `effect_holds` of the actions it runs
+    (a rule's hold or a failed reply check of an action not chosen holds nothing). The one answer for the
+    pipeline's wait, Review, the item page, the dry-run and a rehearsal's "Held for approval" (which go live
+    then holds, irreversible closes included)."""
+    if not decide:
+        return {}
+    actions = set(decide.get("actions") or ())
+    held = effect_holds({"decide": decide}, allow_auto_close=allow_auto_close)
+    return {action: why for action, why in held.items() if action in actions}
+
+
+def steps_to_run(outputs: dict, steps, cursor: int) -> list[str]:
+    """The steps from `cursor` on that an item with these outputs will run: every model step, and the effect
+    steps its decision chose (all of them while it has not decided yet)."""
+    decide = outputs.get("decide")
+    return [s.name for s in steps[cursor:] if s.kind == "model" or not decide or s.name in decide.get("actions", ())]
+
+
 # The statuses whose meaning rests on a reply having been sent (and what each says to a person).
 AFTER_REPLY_STATUSES = {"pending": "waiting for the customer", "solved": "the customer has an answer"}
 

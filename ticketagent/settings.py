@@ -88,6 +88,8 @@ MIDDLEWARE = [
     # after CSRF (a forged POST spends nobody's budget) and auth (limits are per user)
     "ticketagent.web.middleware.RateLimitMiddleware",
     "ticketagent.web.queue_guard.QueueChangesByOperatorsMiddleware",
+    # a person's change shows at once in the counts every page reads (the health numbers' snapshot)
+    "ticketagent.web.middleware.FreshCountsAfterChangesMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",

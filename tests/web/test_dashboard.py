@@ -75,8 +75,8 @@ class TestTasksPage:
         tile = html[html.index('id="tile-unknown"'):]
         tile = tile[:tile.index("</div>")]
         assert "<b>1</b>" in tile and "alert" not in tile.split(">")[0]
-        assert '<b>1</b><span>resumes</span>' in html
-        assert 'id="tile-items"' in html and "waiting_review" in html and 'id="tile-effects"' in html
+        assert '<b>1</b><span>resume</span>' in html
+        assert 'id="tile-items"' in html and "waiting for review" in html and 'id="tile-effects"' in html
 
         Effect.objects.filter(pk=effect.pk).update(intent_at=timezone.now() - dt.timedelta(minutes=20))
         html = client.get(reverse("tasks")).content.decode()

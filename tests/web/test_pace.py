@@ -35,6 +35,7 @@ def test_a_task_that_ran_4_s_and_sat_suspended_20_minutes_ran_4_s():
     assert pace.running_seconds == 5
     assert pace.per_minute == pytest.approx(21 / 5 * 60)
     assert pace.overall and pace.eta is None
+    assert pace.window_words == "over its 5 s of running (20 min from start to end)"
 
 
 def test_the_eta_is_a_range_from_the_recent_running_rate_and_holds_the_31_s_that_were_left():

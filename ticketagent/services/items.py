@@ -16,7 +16,7 @@ from ticketagent.models import (
     Task,
     TaskStatus,
 )
-from ticketagent.plan import chosen_actions, effect_holds
+from ticketagent.plan import held_for_approval
 from ticketagent.services import ServiceError
 from ticketagent.services.tasks import task_locked, task_maybe_finish
 from ticketagent.signals import items_runnable
@@ -90,8 +90,7 @@ def item_held_actions(item: Item, task: Task) -> list[str]:
     outputs = checkpoint.step_outputs if checkpoint else {}
     if "decide" not in outputs:
         return []
-    return [action for action in effect_holds(outputs, allow_auto_close=task.allow_auto_close)
-            if action in chosen_actions(outputs)]
+    return list(held_for_approval(outputs["decide"], allow_auto_close=task.allow_auto_close))
 
 
 DECISIONS = {Approval.APPROVED: "approve", Approval.REJECTED: "reject, do the rest",

@@ -12,7 +12,7 @@ from ticketagent.eventlog.usage import step_costs
 from ticketagent.llm.prices import NANO
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.plan import MODEL_STEPS, STEPS, SUPPORTED_PLAN_VERSIONS
+from ticketagent.plan import MODEL_STEPS, SUPPORTED_PLAN_VERSIONS, held_for_approval, steps_of, steps_to_run
 from ticketagent.playbooks.models import PlaybookVersion
 from ticketagent.playbooks.services import version_latest_published
 from ticketagent.services import ServiceError
@@ -125,12 +125,17 @@ def task_dry_run(*, task_id: int) -> DryRun:
     for owner_item, owner_step, state in Effect.objects.filter(owner_task=str(task.pk)).order_by().values_list(
             "owner_item", "owner_step", "state"):
         effects_by_item.setdefault(owner_item, []).append((owner_step, state))
-    cursors = dict(Checkpoint.objects.filter(task=task).order_by().values_list("item_id", "cursor"))
+    # the cursor and the decision only (not the drafts): the steps each item will run, what it holds
+    cursors, decisions = {}, {}
+    for item_id, cursor, decide in Checkpoint.objects.filter(task=task).order_by().values_list(
+            "item_id", "cursor", "step_outputs__decide"):
+        cursors[item_id], decisions[item_id] = cursor, decide
     out: list[DryRunItem] = []
     totals = {"recompute": 0, "retry": 0, "needs_confirmation": 0, "continue": 0, "done": 0}
     for pk, ticket_id, status in Item.objects.filter(task=task).order_by("row").values_list(
             "id", "ticket_id", "status"):
-        entry = _dry_run_item(pk, ticket_id, status, effects_by_item.get(str(pk), ()), cursors.get(pk, 0))
+        entry = _dry_run_entry(task, pk, ticket_id, status, effects_by_item.get(str(pk), ()), cursors.get(pk, 0),
+                               decisions.get(pk) or {})
         totals[entry.category] += 1
         out.append(entry)
     blocked = _resume_blocked(task)
@@ -147,27 +152,30 @@ def task_dry_run(*, task_id: int) -> DryRun:
 OPEN_STATES = (EffectState.UNKNOWN, EffectState.INTENT)
 
 
-def _dry_run_item(pk: int, ticket_id: str, status: str, effects, cursor: int) -> DryRunItem:
-    """What resuming would do to one item, from its status, its effects' (step, state) and its cursor."""
+def _dry_run_entry(task: Task, pk: int, ticket_id: str, status: str, effects, cursor: int, decide: dict) \
+        -> DryRunItem:
+    """What resuming does with one item: its effects (step, state), its checkpoint's cursor and decision."""
     if status in (ItemStatus.DONE, ItemStatus.SKIPPED):
         return DryRunItem(pk, ticket_id, status, "done")
     if status == ItemStatus.WAITING_APPROVAL:
-        return DryRunItem(pk, ticket_id, status, "needs_confirmation", ["close_ticket"],
-                          "waits for an operator's approval")
+        held = held_for_approval(decide, allow_auto_close=task.allow_auto_close)
+        return DryRunItem(pk, ticket_id, status, "needs_confirmation", list(held), "waits for an operator's approval")
     if status == ItemStatus.WAITING_REVIEW or any(state in OPEN_STATES for _, state in effects):
         steps = [step for step, state in effects if state in OPEN_STATES]
         return DryRunItem(pk, ticket_id, status, "needs_confirmation", steps,
                           "unknown effects: resume will not touch them")
     if status == ItemStatus.RUNNING:
         return DryRunItem(pk, ticket_id, status, "continue", [], "running now")
+    steps_here = steps_of(rehearsal=task.rehearsal)
+    redo = [s.name for s in steps_here[cursor:] if s.name in MODEL_STEPS]
     retry = [step for step, state in effects if state == EffectState.FAILED]
     if retry:
         return DryRunItem(pk, ticket_id, status, "retry", retry,
                           "effects that did not happen are tried again with the same key")
-    redo = [s.name for s in STEPS[cursor:] if s.name in MODEL_STEPS]
     if redo:
         return DryRunItem(pk, ticket_id, status, "recompute", redo)
-    return DryRunItem(pk, ticket_id, status, "continue", [s.name for s in STEPS[cursor:]])
+    return DryRunItem(pk, ticket_id, status, "continue", steps_to_run({"decide": decide} if decide else {},
+                                                                        steps_here, cursor))
 
 
 def _resume_blocked(task: Task) -> str:

@@ -14,6 +14,7 @@ from ticketagent.failures import failure_label as _failure_label
 from ticketagent.llm.prices import dollars
 from ticketagent.plan import step_name as _step_name
 from ticketagent.services.budget import budget_reserved_label, budget_spent, task_reason
+from ticketagent.words import state_words
 
 register = template.Library()
 
@@ -70,6 +71,13 @@ def eta_range(value):
     if low == 0:
         return f"under {duration(high)}"
     return duration(low) if low == high else f"{duration(low)} – {duration(high)}"
+
+
+@register.filter
+def state(value):
+    """A task's, item's or effect's state in people's words ("waiting_approval" -> "waiting for approval"): the
+    one mapping, `ticketagent.words`."""
+    return state_words(value)
 
 
 @register.filter

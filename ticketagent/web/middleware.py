@@ -248,3 +248,20 @@ class RedactingExceptionReporter(ExceptionReporter):
 
     def get_traceback_text(self):
         return _redact(super().get_traceback_text())
+
+
+class FreshCountsAfterChangesMiddleware:
+    """After a person's change (a POST that succeeded), the pages' counts are counted again: the health
+    numbers' snapshot, which the header and the tiles read, is forgotten (`health.health_numbers_forget`)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if request.method not in SAFE_METHODS and response.status_code < 400:
+            # imported here: the logging settings import this module before the apps (and models) load
+            from ticketagent.health import health_numbers_forget
+
+            health_numbers_forget()
+        return response

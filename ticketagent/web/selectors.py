@@ -12,6 +12,7 @@ from ledger.models import Effect
 from ticketagent.eventlog.usage import tasks_usage
 from ticketagent.llm.base import Usage
 from ticketagent.models import FINAL_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
+from ticketagent.outages import model_outages
 from ticketagent.services.outcomes import done_nothing_sent
 from ticketagent.web.pace import Pace, ended_pace, live_pace, recent_spans, running_spans
 
@@ -84,41 +85,57 @@ def _frozen(task: Task) -> bool:
     return task.status == TaskStatus.COMPLETED and task.final_counts is not None
 
 
-def task_paces(tasks: list[Task], counts: dict[int, dict]) -> dict[int, Pace]:
-    """Each task's pace from its recorded timeline: its status changes (one query) and, for tasks under way,
-    the end times of its items in its recent running time (one more)."""
-    changes: dict[int, list] = {}
-    for task_id, kind, status, at in Event.objects.filter(task__in=[t.pk for t in tasks], type__in=STATUS_EVENTS) \
-            .values_list("task_id", "type", "payload__status", "timestamp").order_by("id"):
-        changes.setdefault(task_id, []).append((at, STATUS_EVENTS[kind] or status or ""))
-    now = timezone.now()
+def task_paces(tasks: list[Task], counts: dict[int, dict], now=None) -> dict[int, Pace]:
+    """Each task's pace from its recorded timeline: its status changes (one query), the model API's outages
+    (one) and, for tasks under way, the end times of its items in its recent running time (one more)."""
+    changes = _status_changes(tasks)
+    now = now or timezone.now()
+    starts = [t.started_at or t.created_at for t in tasks]
+    outages = model_outages(min(starts)) if starts else []
     under_way = [t for t in tasks if t.status not in FINAL_TASK_STATUSES and t.started_at]
-    since = {t.pk: _window_start(t, changes.get(t.pk, []), now) for t in under_way}
-    finished: dict[int, list] = {}
-    if since:
-        for task_id, at in Item.objects.filter(task__in=since, finished_at__gte=min(since.values())).values_list(
-                "task_id", "finished_at"):
-            finished.setdefault(task_id, []).append(at)
+    since = {t.pk: _window_start(t, changes.get(t.pk, []), now, outages) for t in under_way}
+    finished = _ended_since(since)
     paces = {}
     for task in tasks:
         started = task.started_at or task.created_at
         if task.status in FINAL_TASK_STATUSES:
             c = task.final_counts if _frozen(task) else counts.get(task.pk, {})
             paces[task.pk] = ended_pace(started=started, changes=changes.get(task.pk, []),
-                                        ended_items=sum(c.get(s, 0) for s in ENDED), finished=task.finished_at)
+                                        ended_items=sum(c.get(s, 0) for s in ENDED), finished=task.finished_at,
+                                        outages=outages)
         elif task.pk in since:
             c = counts.get(task.pk, {})
             remaining = sum(c.values()) - sum(c.get(s, 0) for s in (*ENDED, *WAITING))
             paces[task.pk] = live_pace(started=started, changes=changes.get(task.pk, []),
-                                       finished=finished.get(task.pk, []), remaining=remaining, now=now)
+                                       finished=finished.get(task.pk, []), remaining=remaining, now=now,
+                                       outages=outages)
         else:
             paces[task.pk] = Pace(None, None)
     return paces
 
 
-def _window_start(task: Task, changes: list, now):
+def _status_changes(tasks: list[Task]) -> dict[int, list]:
+    """Per task, its status changes (time, status) in the order they were recorded (one query)."""
+    changes: dict[int, list] = {}
+    for task_id, kind, status, at in Event.objects.filter(task__in=[t.pk for t in tasks], type__in=STATUS_EVENTS) \
+            .values_list("task_id", "type", "payload__status", "timestamp").order_by("id"):
+        changes.setdefault(task_id, []).append((at, STATUS_EVENTS[kind] or status or ""))
+    return changes
+
+
+def _ended_since(since: dict) -> dict[int, list]:
+    """Per task (id -> where its recent window begins), the end times of its items since then (one query)."""
+    finished: dict[int, list] = {}
+    if since:
+        for task_id, at in Item.objects.filter(task__in=since, finished_at__gte=min(since.values())).values_list(
+                "task_id", "finished_at"):
+            finished.setdefault(task_id, []).append(at)
+    return finished
+
+
+def _window_start(task: Task, changes: list, now, outages):
     """Where the task's recent running window begins on the wall clock (its items that ended since are read)."""
-    recent = recent_spans(running_spans(task.started_at, sorted(changes, key=lambda c: c[0]), now))
+    recent = recent_spans(running_spans(task.started_at, sorted(changes, key=lambda c: c[0]), now, outages))
     return recent[0][0] if recent else now
 
 
@@ -136,10 +153,10 @@ def task_models(task: Task) -> list[tuple[str, int]]:
                 .values_list("payload__model").annotate(n=Count("id")).order_by("-n"))
 
 
-def task_progress(task: Task) -> Progress:
+def task_progress(task: Task, now=None) -> Progress:
     counts = {} if _frozen(task) else dict(
         Item.objects.filter(task=task).values_list("status").annotate(n=Count("*")))
-    return _progress(task, counts, task_paces([task], {task.pk: counts})[task.pk])
+    return _progress(task, counts, task_paces([task], {task.pk: counts}, now)[task.pk])
 
 
 def task_recent_events(task: Task, n: int = 100) -> list[Event]:

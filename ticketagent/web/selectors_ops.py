@@ -15,7 +15,14 @@ from ticketagent.eventlog.merged import merge, transition_payload
 from ticketagent.llm.offline import OfflineModel
 from ticketagent.llm.offline import writes as offline_writes
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task, TaskStatus
-from ticketagent.plan import EFFECT_STEPS, REPLY_ACTIONS, effect_holds, not_chosen, rejection_outcome, step_name
+from ticketagent.plan import (
+    EFFECT_STEPS,
+    REPLY_ACTIONS,
+    held_for_approval,
+    not_chosen,
+    rejection_outcome,
+    step_name,
+)
 from ticketagent.playbooks.checks import reply_language
 from ticketagent.playbooks.services import published_spec
 from ticketagent.scheduling import jobs
@@ -256,8 +263,7 @@ def item_decision(item: Item, checkpoint) -> dict | None:
     if not outputs.get("triage"):
         return None
     decide = outputs.get("decide") or {}
-    held = effect_holds(outputs, allow_auto_close=item.task.allow_auto_close) if decide else {}
-    held = {action: why for action, why in held.items() if action in decide.get("actions", ())}
+    held = held_for_approval(decide, allow_auto_close=item.task.allow_auto_close)
     not_run = {step: output["skipped"] for step, output in outputs.items() if step in EFFECT_STEPS
                and isinstance(output, dict) and output.get("skipped") and not not_chosen(output)}
     rejection = None

@@ -19,7 +19,7 @@ from django.db.models.functions import MD5, Concat
 from ticketagent.eventlog.usage import items_usage, task_usage, usage_events
 from ticketagent.llm.base import Usage
 from ticketagent.models import Item, Task
-from ticketagent.plan import EFFECT_STEPS
+from ticketagent.plan import EFFECT_STEPS, held_for_approval
 from ticketagent.playbooks.models import PlaybookVersion, VersionStatus
 from ticketagent.playbooks.services import published_spec
 from ticketagent.upload.rows import PRIORITIES
@@ -106,9 +106,12 @@ class TicketRow:
     agree: dict  # field -> bool, for each expected label of a decided ticket
     tokens: Usage | None
 
+    allow_auto_close: bool = False  # the rehearsal's, which its go live takes
+
     @property
     def held(self) -> list[tuple[str, str]]:
-        return sorted((self.decide.get("held") or {}).items())
+        """What go live will hold, and why (`plan.held_for_approval`: a close without automatic close too)."""
+        return sorted(held_for_approval(self.decide, allow_auto_close=self.allow_auto_close).items())
 
     @property
     def expected_marks(self) -> list[tuple[str, str, bool | None, str]]:
@@ -167,7 +170,8 @@ def _shares(counter: Counter, decided: int, order=()) -> list[Share]:
 class _Tally:
     """The summary's counters, fed one decided ticket at a time."""
 
-    def __init__(self):
+    def __init__(self, *, allow_auto_close: bool):
+        self.allow_auto_close = allow_auto_close  # the rehearsal's: what its go live holds
         self.counters = {key: Counter() for key in ("categories", "priorities", "actions", "held", "rules", "checks")}
         self.agree, self.labelled_n = Counter(), Counter()
         self.pairs: Counter = Counter()  # (expected category, got category)
@@ -178,7 +182,8 @@ class _Tally:
         c["categories"][triage.get("category") or "—"] += 1
         c["priorities"][triage.get("priority") or "—"] += 1
         c["actions"].update(decide.get("actions") or ())
-        c["held"].update(f"{action} — {why}" for action, why in (decide.get("held") or {}).items())
+        c["held"].update(f"{action} — {why}" for action, why in
+                         held_for_approval(decide, allow_auto_close=self.allow_auto_close).items())
         c["rules"].update(rule.get("rule", "") for rule in decide.get("rules") or ())
         c["checks"].update(check.get("check", "") for check in decide.get("checks") or ())
         agree = agreement_of(expected, triage, decide)
@@ -227,7 +232,7 @@ def rehearsal_summary(task: Task) -> Summary:
     """Distributions, agreement, the confusion table and the disagreements over every decided ticket, and the
     tokens of the whole rehearsal. Two queries: the items with their triage and decision (not their drafts),
     and the tokens."""
-    tally, total = _Tally(), 0
+    tally, total = _Tally(allow_auto_close=task.allow_auto_close), 0
     rows = (Item.objects.filter(task=task).order_by("row")
             .values_list("pk", "ticket_id", "subject", "expected", "checkpoint__step_outputs__triage",
                          "checkpoint__step_outputs__decide"))
@@ -278,7 +283,7 @@ def rehearsal_page(task: Task, page, only=None) -> tuple[object, list[TicketRow]
         triage, decide = outputs.get("triage") or {}, outputs.get("decide") or {}
         rows.append(TicketRow(item=item, triage=triage, draft=outputs.get("draft") or {}, decide=decide,
                               expected=item.expected or {}, agree=agreement_of(item.expected or {}, triage, decide),
-                              tokens=tokens.get(item.pk)))
+                              tokens=tokens.get(item.pk), allow_auto_close=task.allow_auto_close))
     return items, rows
 
 
@@ -413,7 +418,9 @@ def _sides(task: Task) -> dict[str, tuple[str, Side]]:
         triage = triage or {}
         out[ticket_id] = (subject, Side(item_id, triage.get("category") or "—", triage.get("priority") or "—",
                                         tuple(decide.get("actions") or ()),
-                                        tuple(sorted((decide.get("held") or {}).items())), draft_hash or "",
+                                        tuple(sorted(held_for_approval(
+                                            decide, allow_auto_close=task.allow_auto_close).items())),
+                                        draft_hash or "",
                                         agreement_of(expected or {}, triage, decide)))
     return out
 

@@ -10,6 +10,7 @@ from ledger.models import Effect, EffectState, EffectTransition
 from ledger.services import reconcile_not_before
 from ticketagent.channels.registry import get_channel
 from ticketagent.eventlog.merged import transition_payload
+from ticketagent.health import health_numbers
 from ticketagent.models import AUDIT_EVENTS, Approval, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.web.selectors import effects_with_owners
 from ticketagent.web.selectors_ops import item_decision
@@ -19,12 +20,13 @@ REVIEW_PAGE_SIZE = 50
 
 @dataclass(frozen=True)
 class Attention:
-    """What needs a person, each counted where it is acted on (Review)."""
+    """What needs a person, each acted on on Review; counted with the health numbers (`as_of`)."""
 
     unknown: int
     approvals: int
     failed: int  # failed items of tasks that need review
     suspended: int  # suspended tasks
+    as_of: object = None  # when they were counted
 
     @property
     def total(self) -> int:
@@ -32,12 +34,15 @@ class Attention:
 
 
 def attention_counts() -> Attention:
-    """Four counts, each answered from an index (effect state, item status, task status)."""
+    """Four counts from the health numbers' snapshot (`health.health_numbers`): the same count as the tiles'
+    and "items by state", never a second one that may have moved on meanwhile."""
+    h = health_numbers()
     return Attention(
-        unknown=Effect.objects.filter(state=EffectState.UNKNOWN).count(),
-        approvals=Item.objects.filter(status=ItemStatus.WAITING_APPROVAL).count(),
-        failed=Item.objects.filter(status=ItemStatus.FAILED, task__status=TaskStatus.NEEDS_REVIEW).count(),
-        suspended=Task.objects.filter(status=TaskStatus.SUSPENDED).count(),
+        unknown=h["unknown"],
+        approvals=h["items_by_state"].get(ItemStatus.WAITING_APPROVAL, 0),
+        failed=h["failed_to_review"],
+        suspended=h["tasks_by_state"].get(TaskStatus.SUSPENDED, 0),
+        as_of=h["as_of"],
     )
 
 
