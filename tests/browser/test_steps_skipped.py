@@ -26,7 +26,7 @@ def test_an_item_waiting_for_close_approval_is_at_close_ticket_and_escalate_was_
     page.goto(f"/tasks/{task.pk}/")
     step = page.locator(f"#item-{first.pk} .step")
     expect(step).to_contain_text("close_ticket (7/8)")
-    expect(page.locator("#timeline")).to_contain_text("STEP_SKIPPED T-1 · escalate")
+    expect(page.locator("#timeline")).to_contain_text("step skipped: not chosen by the decision T-1 · escalate")
     assert not Event.objects.filter(item=first, type=EventType.STEP_DONE, payload__step="escalate").exists()
     assert task_replay_diff(task.pk) == []
 

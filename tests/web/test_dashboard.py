@@ -135,7 +135,7 @@ class TestTaskPage:
         task_resume(task_id=task.pk, actor="alice")
         client.force_login(bob)
         html = client.get(reverse("task-detail", args=[task.pk])).content.decode()
-        assert "<b>RESUMED</b>" in html and "· alice" in html and "<b>TASK_CREATED</b>" in html
+        assert "<b>resumed</b>" in html and "· alice" in html and "<b>task created</b>" in html
 
     def test_jsonl_export(self, client, bob):
         task = make_task(2)

@@ -26,7 +26,7 @@ from ..factories import make_task
 pytestmark = pytest.mark.django_db
 
 RAW = sorted({v for enum in (TaskStatus, ItemStatus, EffectState) for v in enum.values if "_" in v}
-             | {Verdict.NOT_HAPPENED.value})
+             | {Verdict.NOT_HAPPENED.value} | {v for v in EventType.values if "_" in v})
 NOUNS = ("item", "effect", "task", "approval", "attempt", "token", "call", "resume", "recovery", "duplicate",
          "failure", "ticket", "step")
 ADJECTIVES = r"(?:unknown |failed |suspended |blocked |held |consecutive |model |queued |running |waiting )?"
@@ -146,9 +146,9 @@ def test_no_page_shows_a_raw_state_or_a_wrong_plural(client, alice, per_kind):
 
 
 def test_the_checker_finds_what_it_looks_for():
-    text = readable('<p title="3 item waiting_review">1 unknown effects · 2 item · 1 resumes · save_draft · save_draft'
+    text = readable('<p title="3 item waiting_review">ITEM_WAITING 1 unknown effects · 2 item · 1 resumes · save_draft · save_draft'
                     '</p><script>x_y</script>')
     assert SAID_TWICE.findall(text) == ["save_draft"]
-    assert RAW_WORD.findall(text) == ["waiting_review"]
+    assert RAW_WORD.findall(text) == ["waiting_review", "ITEM_WAITING"]
     assert [m.group(0) for m in ONE_PLURAL.finditer(text)] == ["1 unknown effects", "1 resumes"]
     assert [m.group(0) for m in MANY_SINGULAR.finditer(text)] == ["3 item", "2 item"]

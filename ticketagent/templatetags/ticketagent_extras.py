@@ -14,7 +14,7 @@ from ticketagent.failures import failure_label as _failure_label
 from ticketagent.llm.prices import dollars
 from ticketagent.plan import step_name as _step_name
 from ticketagent.services.budget import budget_reserved_label, budget_spent, task_reason
-from ticketagent.words import state_words
+from ticketagent.words import event_words, state_words
 
 register = template.Library()
 
@@ -78,6 +78,12 @@ def state(value):
     """A task's, item's or effect's state in people's words ("waiting_approval" -> "waiting for approval"): the
     one mapping, `ticketagent.words`."""
     return state_words(value)
+
+
+@register.filter
+def event(value):
+    """An event type in people's words ("ITEM_WAITING" -> "waiting for a person"): `ticketagent.words`."""
+    return event_words(value)
 
 
 @register.filter

@@ -28,6 +28,7 @@ from ticketagent.playbooks.services import published_spec
 from ticketagent.scheduling import jobs
 from ticketagent.scheduling.recovery import JOB_MISSING, JOB_STUCK
 from ticketagent.scheduling.rqworker import is_alive, seconds_since_seen
+from ticketagent.words import event_words
 
 log = logging.getLogger(__name__)
 
@@ -200,20 +201,12 @@ def search(query: str) -> tuple[list[Item], list[Task]]:
     return items, tasks
 
 
-EVENT_WORDS = {
-    EventType.ITEM_STARTED: "attempt started", EventType.STEP_DONE: "step done",
-    EventType.STEP_SKIPPED: "step skipped: not chosen by the decision", EventType.TOOL_CALL: "tool call",
-    EventType.ITEM_REQUEUED: "requeued", EventType.REVIEWED: "verdict by review",
-    EventType.EFFECT_RECONCILED: "verdict by reconcile", EventType.RECOVERED: "lease taken over",
-}
-
-
 def item_history(item: Item) -> tuple[list, list[Effect]]:
     """Every entry of the item's log in order (steps, attempts, effects, verdicts) -- its events merged with
     its effects' transitions, as an export merges them -- and its effects with their transitions."""
     events = list(Event.objects.filter(item=item).order_by("id")[:1000])
     for ev in events:
-        ev.words = EVENT_WORDS.get(ev.type, ev.type.replace("_", " ").lower())
+        ev.words = event_words(ev.type)
         if ev.type == EventType.ITEM_STARTED:
             ev.words = f"attempt {ev.payload.get('attempt', '?')} started at step {step_name(ev.payload.get('cursor'))}"
     effects = list(Effect.objects.filter(owner_item=item.ref).order_by("id"))
@@ -234,7 +227,7 @@ def merged_history(events: list[Event], transitions: list[EffectTransition]) -> 
             entries.append((t.at, t.pk, SimpleNamespace(
                 type=t.event, timestamp=t.at, actor=t.actor,
                 payload=transition_payload(t.snapshot, t.from_state, t.note),
-                words=EVENT_WORDS.get(t.event, t.event.replace("_", " ").lower()))))
+                words=event_words(t.event))))
     return list(merge(((ev.timestamp, ev.pk, ev) for ev in events), entries))[:2000]
 
 
