@@ -85,10 +85,6 @@ class Abilities:
     lookup: str  # how an effect is found again by its key ("" if it cannot be)
 
     @property
-    def sends_key(self) -> bool:
-        return bool(self.key_carried)
-
-    @property
     def supports_lookup(self) -> bool:
         return bool(self.lookup)
 

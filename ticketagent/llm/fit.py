@@ -57,13 +57,6 @@ def text_cut(text: str, tokens: int) -> str:
     return text[:low].rstrip() + CUT if low else ""
 
 
-def ticket_fit(ticket: dict, room: int) -> dict:
-    """The ticket with its body cut to what `room` tokens leave after its other fields."""
-    body = ticket.get("body") or ""
-    rest = tokens_estimate(json.dumps({**ticket, "body": ""}, ensure_ascii=False))
-    return {**ticket, "body": text_cut(body, max(0, room - rest))}
-
-
 def messages_fit(messages: list[dict], ticket: dict, user, context: Context | None, tools=None) -> list[dict]:
     """`messages` (the system prompt) and the user's message `user(ticket)`, its ticket cut to fit the context
     (ModelError "context" when the prompt does not fit even with the ticket's text left out)."""
