@@ -247,7 +247,9 @@ CSRF_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_AGE = 12 * 3600  # one working day: an operator signs in once a shift
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _HTTPS)
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 3600 if _HTTPS else 0, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _HTTPS)
+# HSTS covers the site's own subdomains whenever it is sent: they are the deployment's own names (a sibling host
+# under the parent domain is not covered), and preload requires it.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 if PLAIN_HTTP and (SECURE_SSL_REDIRECT or SECURE_HSTS_SECONDS):
     raise ImproperlyConfigured(
         "PLAIN_HTTP=true serves plain http, but SECURE_SSL_REDIRECT=true or SECURE_HSTS_SECONDS > 0 asks browsers "
