@@ -165,13 +165,14 @@ RQ_QUEUES = {
     # 900 s: rq's own bound on one item's job, far past any lease-checked call; the lease, not rq, fences work
     RQ_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 900},
 }
-# The cache holds only rate-limit counters: Redis, so every web process on
-# every host shares them (a key prefix keeps them apart from the queue's keys).
+# The cache holds rate-limit counters and the health counts: Redis, so every web process on every host shares
+# them. Its key prefix is the queue's name: RQ_QUEUE is what already keeps two deployments sharing one Redis
+# database apart, and rq's own keys all start with "rq:".
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": envstr("CACHE_KEY_PREFIX", "ticketagent"),
+        "KEY_PREFIX": RQ_QUEUE,
         "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
     },
 }

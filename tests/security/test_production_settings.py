@@ -123,6 +123,14 @@ def test_hsts_covers_subdomains_whenever_it_is_sent(env, header):
     assert proc.stdout.strip() == header
 
 
+def test_the_rate_limit_counters_are_kept_apart_by_the_queue_name():
+    """Two deployments sharing one Redis database set RQ_QUEUE apart; their counters follow it."""
+    script = "import django; django.setup(); from django.conf import settings; print(settings.CACHES['default']['KEY_PREFIX'])"
+    assert run(["-c", script]).stdout.strip() == "ticketagent"
+    proc = run(["-c", script], RQ_QUEUE="agents-b", CACHE_KEY_PREFIX="ignored")
+    assert proc.stdout.strip() == "agents-b", proc.stderr[-2000:]
+
+
 def test_debug_on_keeps_plain_http_working_for_make_run():
     settings = json.loads(run(["-c", PRINT_SETTINGS]).stdout)  # no DEBUG, no SECRET_KEY: the local defaults
     assert settings["DEBUG"] is True
