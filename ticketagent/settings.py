@@ -344,8 +344,11 @@ HEARTBEAT_SECONDS = LEASE_SECONDS / 10
 # switch, a busy host) -- a second is hundreds of times that and a small part of any lease.
 LEASE_MARGIN_SECONDS = 1.0
 RECOVER_INTERVAL_SECONDS = envfloat("RECOVER_INTERVAL_SECONDS", 1.0, minimum=0.1)
-# A queued item whose RQ job is missing for this long is enqueued again.
-REQUEUE_GRACE_SECONDS = envfloat("REQUEUE_GRACE_SECONDS", 5.0, minimum=0.0)
+# A queued item whose rq job has been missing from Redis this long is enqueued again (job ids dedupe: a push that
+# lands late does no harm). Half a lease, at least 1 s: a job is pushed right after its commit, so one still
+# missing means its process stalled or died, or Redis lost it -- and a lease is how long a silent process is
+# trusted; after a loss of Redis the queued items go out again before the running ones' leases expire.
+REQUEUE_GRACE_SECONDS = max(1.0, LEASE_SECONDS / 2)
 # Jobs of one task waiting in Redis at a time (its window; the rest wait in
 # the database and are sent as items end). 0: twice the live workers' item threads, at least 4 -- every
 # thread has its next job at hand, and a flush of Redis loses little (ticketagent/scheduling/window.py).
