@@ -2,7 +2,8 @@
 """The environment variables the product's code reads, found in its source, checked against docs/configuration.md.
 
     env_inventory.py            list them: name, where each is read
-    env_inventory.py --check    exit 1 naming each variable read but not in the table, or in the table but not read
+    env_inventory.py --check    exit 1 naming each variable read but not in the table, or in the table but not read,
+                                and when the code reads more than MAX_VARIABLES
 
 "The product's code" is what runs in production: ``ticketagent/``, ``ledger/``, ``ops/settings.py`` (the operator
 tools' settings), ``manage.py`` and ``deploy/gunicorn.conf.py`` (the Procfile's web). A read is a call of one
@@ -31,6 +32,8 @@ READERS = {"envstr", "envchoice", "envbool", "envint", "envfloat", "envlist", "e
 TABLE = ROOT / "docs" / "configuration.md"
 SECTION = "## The variables"
 NAME = re.compile(r"`([A-Z][A-Z0-9_]*)`")
+# A value with one right answer is a constant, not a variable (docs/configuration.md, "Fixed values").
+MAX_VARIABLES = 60
 
 
 def product_files(root: Path = ROOT) -> list[Path]:
@@ -114,6 +117,9 @@ def problems(found: dict[str, list[str]] | None = None, table: set[str] | None =
             for name, where in found.items() if name not in table]
     out += [f"{name} is in docs/configuration.md's table but no product code reads it"
             for name in sorted(table - set(found))]
+    if len(found) > MAX_VARIABLES:
+        out.append(f"the product's code reads {len(found)} variables, more than {MAX_VARIABLES}: make the ones with "
+                   "one right value constants (docs/configuration.md, \"Fixed values\")")
     return out
 
 
@@ -128,7 +134,7 @@ def main(argv: list[str]) -> int:
         print(f"{name:42} {', '.join(where)}")
     for line in unseen:
         print(line)
-    print(f"{len(found)} variables read by the product's code", file=sys.stderr)
+    print(f"{len(found)} variables read by the product's code (at most {MAX_VARIABLES})", file=sys.stderr)
     return 0
 
 

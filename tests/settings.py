@@ -19,11 +19,11 @@ if _XDIST.startswith("gw") and _XDIST[2:].isdigit() and "TICKETAGENT_XDIST_SET" 
     os.environ["RQ_QUEUE"] = f"{os.environ['RQ_QUEUE']}-{_XDIST}"
     os.environ["TICKETAGENT_XDIST_SET"] = "1"
 # A worker calls out only while its lease covers the whole call (the
-# channel's timeouts + LEASE_MARGIN_SECONDS): short timeouts, so a short lease.
+# channel's timeouts + LEASE_MARGIN_SECONDS): short timeouts, so a short lease
+# (and a short REQUEUE_GRACE_SECONDS, half of it: a job missing from Redis is sent again after 2 s).
 os.environ.setdefault("LEASE_SECONDS", "4")
 os.environ.setdefault("HELPDESK_UPSTREAM_TIMEOUT", "0")
 os.environ.setdefault("RECOVER_INTERVAL_SECONDS", "0.5")
-os.environ.setdefault("REQUEUE_GRACE_SECONDS", "2")
 os.environ.setdefault("HELPDESK_READ_TIMEOUT", "1.5")
 os.environ.setdefault("HELPDESK_CONNECT_TIMEOUT", "0.5")
 os.environ.setdefault("EMAIL_TIMEOUT", "1")

@@ -165,13 +165,14 @@ RQ_QUEUES = {
     # 900 s: rq's own bound on one item's job, far past any lease-checked call; the lease, not rq, fences work
     RQ_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 900},
 }
-# The cache holds only rate-limit counters: Redis, so every web process on
-# every host shares them (a key prefix keeps them apart from the queue's keys).
+# The cache holds rate-limit counters and the health counts: Redis, so every web process on every host shares
+# them. Its key prefix is the queue's name: RQ_QUEUE is what already keeps two deployments sharing one Redis
+# database apart, and rq's own keys all start with "rq:".
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": envstr("CACHE_KEY_PREFIX", "ticketagent"),
+        "KEY_PREFIX": RQ_QUEUE,
         "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
     },
 }
@@ -247,7 +248,9 @@ CSRF_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_AGE = 12 * 3600  # one working day: an operator signs in once a shift
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _HTTPS)
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 3600 if _HTTPS else 0, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _HTTPS)
+# HSTS covers the site's own subdomains whenever it is sent: they are the deployment's own names (a sibling host
+# under the parent domain is not covered), and preload requires it.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 if PLAIN_HTTP and (SECURE_SSL_REDIRECT or SECURE_HSTS_SECONDS):
     raise ImproperlyConfigured(
         "PLAIN_HTTP=true serves plain http, but SECURE_SSL_REDIRECT=true or SECURE_HSTS_SECONDS > 0 asks browsers "
@@ -341,8 +344,11 @@ HEARTBEAT_SECONDS = LEASE_SECONDS / 10
 # switch, a busy host) -- a second is hundreds of times that and a small part of any lease.
 LEASE_MARGIN_SECONDS = 1.0
 RECOVER_INTERVAL_SECONDS = envfloat("RECOVER_INTERVAL_SECONDS", 1.0, minimum=0.1)
-# A queued item whose RQ job is missing for this long is enqueued again.
-REQUEUE_GRACE_SECONDS = envfloat("REQUEUE_GRACE_SECONDS", 5.0, minimum=0.0)
+# A queued item whose rq job has been missing from Redis this long is enqueued again (job ids dedupe: a push that
+# lands late does no harm). Half a lease, at least 1 s: a job is pushed right after its commit, so one still
+# missing means its process stalled or died, or Redis lost it -- and a lease is how long a silent process is
+# trusted; after a loss of Redis the queued items go out again before the running ones' leases expire.
+REQUEUE_GRACE_SECONDS = max(1.0, LEASE_SECONDS / 2)
 # Jobs of one task waiting in Redis at a time (its window; the rest wait in
 # the database and are sent as items end). 0: twice the live workers' item threads, at least 4 -- every
 # thread has its next job at hand, and a flush of Redis loses little (ticketagent/scheduling/window.py).

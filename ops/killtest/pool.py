@@ -37,7 +37,7 @@ class WorkerPool:
         window = self.rng.choice(WINDOWS)
         fork = self.rng.random() < 0.5
         self.modes["forking" if fork else "in-process"] += 1
-        env = {"LEDGER_CRASH_AT": f"{window}:{self.crash_probability}", "LEDGER_CRASH_LOG": str(self.crash_log),
+        env = {"LEDGER_CRASH_AT": f"{window}:{self.crash_probability}@{self.crash_log}",
                "WORKER_FORK": "true" if fork else "false", "WORKER_THREADS": str(self.threads)}
         proxy = None
         if self.proxied:

@@ -41,7 +41,6 @@ from ticketagent.services.tasks import task_create
 FAST_ENV = {
     "LEASE_SECONDS": "4",
     "RECOVER_INTERVAL_SECONDS": "0.3",
-    "REQUEUE_GRACE_SECONDS": "1.5",
     "HELPDESK_CONNECT_TIMEOUT": "0.5",
     "HELPDESK_READ_TIMEOUT": "1.5",
     "HELPDESK_UPSTREAM_TIMEOUT": "6",

@@ -8,6 +8,10 @@ waiting jobs out of Redis in the request. Orders of events are asserted,
 never durations.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 from rq.job import Job
 
@@ -18,7 +22,7 @@ from ticketagent.scheduling import window as window_module
 from ticketagent.services.resume import task_resume
 from ticketagent.services.tasks import task_cancel, task_pause
 
-from ..conftest import child_settings, wait_for
+from ..conftest import ROOT, child_settings, wait_for
 from ..factories import make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -183,6 +187,35 @@ def test_with_redis_down_the_items_wait_in_the_database_and_the_sweep_sends_them
     recover_once()
     assert len(waiting_job_ids(task)) == WINDOW
     assert task.items.filter(enqueued_at__isnull=False).count() == WINDOW
+
+
+def test_a_job_missing_from_redis_for_half_a_lease_is_sent_again_as_the_same_attempt(sandbox, queue, window,
+                                                                                      settings):
+    from django.utils import timezone
+
+    from ticketagent.scheduling.recovery import JOB_MISSING, recover_once
+
+    assert settings.REQUEUE_GRACE_SECONDS == settings.LEASE_SECONDS / 2
+    task = make_task(1)
+    item = task.items.get()
+    queue.connection.flushdb()
+    missing_since = timezone.now() - timezone.timedelta(seconds=settings.REQUEUE_GRACE_SECONDS + 1)
+    Item.objects.filter(pk=item.pk).update(enqueued_at=missing_since)
+    recover_once()
+    assert waiting_job_ids(task) == {jobs.job_id(item.pk, item.attempt)}
+    requeued = Event.objects.get(item=item, type=EventType.ITEM_REQUEUED)
+    assert requeued.payload == {"attempt": item.attempt, "why": JOB_MISSING}
+
+
+@pytest.mark.parametrize("lease, grace", [("30", "15.0"), ("4", "2.0"), ("1.5", "1.0")])
+def test_the_requeue_grace_is_half_a_lease_and_at_least_a_second(lease, grace):
+    """A deployment that still sets REQUEUE_GRACE_SECONDS changes nothing: the grace follows the lease."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "ticketagent.settings", "LEASE_SECONDS": lease,
+           "REQUEUE_GRACE_SECONDS": "99"}
+    script = "import django; django.setup(); from django.conf import settings; print(settings.REQUEUE_GRACE_SECONDS)"
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.stdout.strip() == grace, proc.stderr[-2000:]
 
 
 def test_the_queue_keeps_one_redis_connection_and_replaces_one_redis_closed(queue):

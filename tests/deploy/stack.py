@@ -12,7 +12,6 @@ import secrets
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +82,6 @@ def production_env(workers, tmp_path: Path, port: int) -> dict:
         "ALLOWED_HOSTS": "localhost,127.0.0.1",
         "SECURE_SSL_REDIRECT": "false",  # plain http on the loopback; everything else as in production
         "TICKETAGENT_VAR_DIR": str(tmp_path / "var"),
-        "CACHE_KEY_PREFIX": f"test-{uuid.uuid4().hex}",
         "PORT": str(port),
         "WEB_CONCURRENCY": "2",
         "WEB_ACCESS_LOG": "",

@@ -1,6 +1,7 @@
 """Crash points: armed in a test they raise SimulatedCrash once; armed
 through LEDGER_CRASH_AT a real process SIGKILLs itself there (with the
-given probability) and notes the window in LEDGER_CRASH_LOG first."""
+given probability) and first notes the window in the log file named after
+its `@`."""
 
 import os
 import signal
@@ -44,7 +45,7 @@ class TestCrashPointsInATest:
 class TestCrashPointsInAProcess:
     def test_the_process_kills_itself_at_the_armed_window_and_notes_it(self, tmp_path):
         log = tmp_path / "crashes.log"
-        env = {**os.environ, "LEDGER_CRASH_AT": " after_intent:0 , after_call", "LEDGER_CRASH_LOG": str(log)}
+        env = {**os.environ, "LEDGER_CRASH_AT": f" after_intent:0 , after_call @ {log}"}
         proc = subprocess.run([sys.executable, "-c", PROCESS], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == -signal.SIGKILL
@@ -54,8 +55,7 @@ class TestCrashPointsInAProcess:
     def test_the_kill_is_a_sigkill_to_itself_after_the_note(self, tmp_path, monkeypatch):
         """The same path in this process, with the kill intercepted."""
         log = tmp_path / "crashes.log"
-        monkeypatch.setenv("LEDGER_CRASH_AT", "after_commit:1.0")
-        monkeypatch.setenv("LEDGER_CRASH_LOG", str(log))
+        monkeypatch.setenv("LEDGER_CRASH_AT", f"after_commit:1.0@{log}")
         kills = []
 
         def kill(pid, sig):
@@ -70,7 +70,6 @@ class TestCrashPointsInAProcess:
 
     def test_without_a_log_the_process_still_dies(self, monkeypatch):
         monkeypatch.setenv("LEDGER_CRASH_AT", "before_intent")
-        monkeypatch.delenv("LEDGER_CRASH_LOG", raising=False)
         kills = []
 
         def kill(pid, sig):

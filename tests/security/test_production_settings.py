@@ -3,7 +3,8 @@
 * DEBUG off without SECRET_KEY or ALLOWED_HOSTS (or with a weak key): start-up
   refuses, non-zero exit, a message naming the variable and what to do.
 * DEBUG off with both set: `manage.py check --deploy --fail-level WARNING` is
-  clean, and cookies are Secure and HttpOnly, HTTPS is enforced (redirect, HSTS).
+  clean, and cookies are Secure and HttpOnly, HTTPS is enforced (redirect, HSTS
+  including subdomains whenever HSTS is sent).
 * DEBUG on (the `make run` default): plain http keeps working -- no redirect,
   no HSTS, cookies without the Secure flag.
 """
@@ -97,6 +98,37 @@ def test_check_deploy_is_clean_and_cookies_are_secure():
     assert settings["CONTENT_SECURITY_POLICY"]["DIRECTIVES"]["script-src"] == ["'self'"]  # django-csp's form
     assert (settings["RATE_LIMIT_UPLOADS_PER_MINUTE"], settings["RATE_LIMIT_ACTIONS_PER_MINUTE"]) == (10, 120)
     assert settings["REQUEST_MAX_BYTES"] == settings["DATA_UPLOAD_MAX_MEMORY_SIZE"] == 12 * 1024 * 1024
+
+
+HSTS_HEADER = (
+    "import django; django.setup(); from django.http import HttpResponse; "
+    "from django.middleware.security import SecurityMiddleware; from django.test import RequestFactory; "
+    "request = RequestFactory().get('/', secure=True, HTTP_HOST='agents.example.com'); "
+    "print(SecurityMiddleware(lambda r: HttpResponse())(request).headers.get('Strict-Transport-Security'))"
+)
+
+
+@pytest.mark.parametrize("env, header", [
+    ({}, "max-age=3600; includeSubDomains"),
+    # a deployment that still sets the old variable changes nothing: subdomains follow HSTS
+    ({"SECURE_HSTS_INCLUDE_SUBDOMAINS": "false"}, "max-age=3600; includeSubDomains"),
+    ({"SECURE_HSTS_SECONDS": "31536000"}, "max-age=31536000; includeSubDomains"),
+    ({"SECURE_HSTS_SECONDS": "0"}, "None"),
+    ({"DEBUG": "true"}, "None"),
+])
+def test_hsts_covers_subdomains_whenever_it_is_sent(env, header):
+    env = {"DEBUG": "false", "SECRET_KEY": GOOD_KEY, "ALLOWED_HOSTS": "agents.example.com", **env}
+    proc = run(["-c", HSTS_HEADER], **env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == header
+
+
+def test_the_rate_limit_counters_are_kept_apart_by_the_queue_name():
+    """Two deployments sharing one Redis database set RQ_QUEUE apart; their counters follow it."""
+    script = "import django; django.setup(); from django.conf import settings; print(settings.CACHES['default']['KEY_PREFIX'])"
+    assert run(["-c", script]).stdout.strip() == "ticketagent"
+    proc = run(["-c", script], RQ_QUEUE="agents-b", CACHE_KEY_PREFIX="ignored")
+    assert proc.stdout.strip() == "agents-b", proc.stderr[-2000:]
 
 
 def test_debug_on_keeps_plain_http_working_for_make_run():

@@ -143,8 +143,7 @@ class Command(BaseCommand):
             self.stdout.write(f"created the bench database {_redacted(url)}")
         redis_url, redis_proc = self._bench_redis()
         env = dict(os.environ)
-        for name in ("LEASE_SECONDS", "RECOVER_INTERVAL_SECONDS", "REQUEUE_GRACE_SECONDS",
-                     "OPENAI_BASE_URL", "TEST_DATABASE_URL"):
+        for name in ("LEASE_SECONDS", "RECOVER_INTERVAL_SECONDS", "OPENAI_BASE_URL", "TEST_DATABASE_URL"):
             env.pop(name, None)  # the defaults are what is measured
         env.update({
             CHILD: "1", "DATABASE_URL": url, "REDIS_URL": redis_url, "RQ_QUEUE": BENCH_QUEUE,
