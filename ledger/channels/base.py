@@ -85,6 +85,10 @@ class Abilities:
     lookup: str  # how an effect is found again by its key ("" if it cannot be)
 
     @property
+    def sends_key(self) -> bool:  # the effect classes page (templates/ledger/actions.html)
+        return bool(self.key_carried)
+
+    @property
     def supports_lookup(self) -> bool:
         return bool(self.lookup)
 
@@ -135,6 +139,10 @@ class Channel:
     name = ""
     label = ""
     abilities = Abilities(key_carried="", honours_key=False, lookup="")
+
+    @property
+    def sends_key(self) -> bool:  # the effect classes page (templates/ledger/actions.html)
+        return bool(self.key_carried)
 
     @property
     def supports_lookup(self) -> bool:
