@@ -49,6 +49,12 @@ def _edit(editor_post, get=405):
             "staff": (get, editor_post)}
 
 
+# a playbook form only editors see (a GET is the form) and a change confirmed first (GET: the confirmation)
+_EDITORS_ONLY_FORM = {"anonymous": (LOGIN, LOGIN), "viewer": (403, 403), "operator": (403, 403), "editor": (200, 400),
+                      "staff": (200, 400)}
+_CONFIRMED = {"anonymous": (LOGIN, LOGIN), "viewer": (403, 403), "operator": (403, 403), "editor": (409, 409),
+              "staff": (409, 409)}
+
 EXPECT: dict[str, dict] = {
     # route (as in urls.py)                 expectations; POSTs carry no data (the views' own validation answers)
     "": _PAGE,                                                   # tasks
@@ -69,19 +75,23 @@ EXPECT: dict[str, dict] = {
     "tasks/<int:pk>/rehearsal/rerun/": _action(400),             # no version given
     "tasks/<int:pk>/compare/<int:other>/": _PAGE,                # a rehearsal and its rerun
     "tasks/<int:pk>/go-live/": _action(400),
+    "tasks/<int:pk>/rehearsal/export.csv": _PAGE,                # the rehearsal's tickets as CSV
     "playbooks/": _PAGE,
     "playbooks/import/": _edit(400),                             # no file given
+    "playbooks/new/": _EDITORS_ONLY_FORM,                        # POST without a name: 400
+    "playbooks/<int:pk>/rename/": _edit(400),                    # no name given
     "playbooks/<int:pk>/": _PAGE,
     "playbooks/<int:pk>/draft/": _edit(302),                     # opens the draft (a copy of the latest version)
     "playbooks/<int:pk>/diff/": _PAGE,
-    "playbooks/versions/<int:pk>/": {**_edit(409, get=200), "anonymous": (LOGIN, LOGIN)},  # POST: discard a draft
+    "playbooks/versions/<int:pk>/": _PAGE,
     "playbooks/versions/<int:pk>/guidance/": _edit(409),         # the sample is published: it never changes
     "playbooks/versions/<int:pk>/categories/": _edit(409),
     "playbooks/versions/<int:pk>/rules/": _edit(409),
     "playbooks/versions/<int:pk>/reply/": _edit(409),
     "playbooks/versions/<int:pk>/articles/": _edit(409),
-    "playbooks/versions/<int:pk>/articles/<int:index>/": _edit(409),
-    "playbooks/versions/<int:pk>/publish/": _edit(409),
+    "playbooks/versions/<int:pk>/publish/": _CONFIRMED,          # GET: its confirmation; the sample is published
+    "playbooks/versions/<int:pk>/discard/": _CONFIRMED,
+    "playbooks/versions/<int:pk>/yaml/": _edit(409),
     "playbooks/versions/<int:pk>/export.yaml": _PAGE,
     "items/<int:pk>/": _PAGE,
     "items/<int:pk>/approval/": _action(409),                    # no decision given
