@@ -153,8 +153,8 @@ DB_STATEMENT_TIMEOUT_SECONDS = 30.0  # a phase's statements take milliseconds: 3
 DB_IDLE_IN_TRANSACTION_SECONDS = 5.0  # no phase keeps a transaction open across a network call
 DB_SWEEP_LOCK_TIMEOUT_SECONDS = 2.0  # the sweep skips locked rows; a lock held longer is a worker's, left to it
 # Workers' and the sweep's plan_cache_mode; empty: by the server's autovacuum
-# (ticketagent/scheduling/db_sessions.py), the choice measured best either way (docs/benchmarks.md, "Plans kept
-# from near-empty tables").
+# (ticketagent/scheduling/db_sessions.py), the choice measured best either way
+# (docs/benchmarks.md, "Plans kept from near-empty tables").
 DB_PLAN_CACHE_MODE = ""
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

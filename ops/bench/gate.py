@@ -34,6 +34,10 @@ class StubChannel(Channel):
 
     name = "stub"
 
+    @property
+    def max_call_seconds(self) -> float:
+        return 0.5  # it answers at once: the lease asked for a call this long holds under any lease setting
+
     def perform(self, spec: ActionSpec, payload: dict, key: str, deadline: CallDeadline) -> CallResult:
         return CallResult(EffectState.COMMITTED, external_ref="stub-1")
 
