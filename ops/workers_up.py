@@ -14,7 +14,7 @@ WORKERS_UP_SECONDS = 180
 
 def workers_up(redis_url: str, pids: list[int]) -> int:
     """How many of these worker processes have said they are alive: written their first sign of life (`seen`,
-    ticketagent.rqworker.SignOfLife) into their registration in rq's registry."""
+    ticketagent.scheduling.rqworker.SignOfLife) into their registration in rq's registry."""
     import redis
     from rq.worker_registration import REDIS_WORKER_KEYS
 

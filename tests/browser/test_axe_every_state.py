@@ -21,12 +21,12 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from playwright.sync_api import expect
 from rq import Worker
 
-from ticketagent import jobs
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, Item, ItemStatus, Task
 from ticketagent.plan import PLAN_VERSION, STEP_NAMES
 from ticketagent.playbooks.models import Playbook
 from ticketagent.playbooks.services import draft_open, version_default
+from ticketagent.scheduling import jobs
 
 from ..factories import make_task
 from ..web.test_rehearsal_pages import rehearsal

@@ -94,5 +94,5 @@ def test_a_reconcile_that_finds_nothing_is_written_as_did_not_happen(page, live_
     item.click()
     history = page.locator("#history")
     expect(history).to_contain_text("verdict by reconcile")
-    expect(page.locator(f"#effect-{effect.pk}")).to_contain_text("unknown → failed EFFECT_RECONCILED")
-    expect(page.locator(f"#effect-{effect.pk}")).to_contain_text("failed → intent EFFECT_RETRY")
+    expect(page.locator(f"#effect-{effect.pk}")).to_contain_text("unknown → failed verdict by reconcile")
+    expect(page.locator(f"#effect-{effect.pk}")).to_contain_text("failed → intent effect retry")

@@ -246,7 +246,7 @@ def faulty_batch(draw) -> tuple[Batch, Fault, dict]:
         # the rest of the row on one physical line, so the reader resumes cleanly at the next row
         simple = {"ticket_id": row["ticket_id"], "customer_email": "ann@example.com", "subject": "@@SUBJECT@@",
                   "body": "body", "customer_name": "", "priority": "", "language": "", "metadata": "",
-                  "expected_category": "", "expected_priority": "", "expected_actions": ""}
+                  "expected_category": "", "expected_priority": "", "expected_actions": "", "expected_status": ""}
         batch.raw_lines[i] = ",".join(simple[c] for c in batch.columns).replace("@@SUBJECT@@", '"Hi" there')
         fault = Fault(kind, row_no, None, "stray quote")
     elif kind == "bad_json":
