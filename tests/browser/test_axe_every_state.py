@@ -42,13 +42,16 @@ NOT_PAGES = {
     "attention": "the header's live counts (every page)",
     "task-events": "a JSON Lines export",
     "playbook-export": "a YAML export",
+    "rehearsal-export": "a CSV export",
+    **{name: "an editor's page, walked with axe at 390 and 1280 px in tests/browser/test_playbook_working.py"
+       for name in ("playbook-new", "playbook-discard", "playbook-publish")},
     "metrics": "Prometheus text", "favicon": "an icon", "healthz": "a probe", "readyz": "a probe",
     "logout": "POST only",
     **{name: "POST only: its answer is the page it was sent from (the error and bulk states walked here)"
        for name in ("upload-helpdesk", "task-resume", "task-pause", "task-cancel", "task-clone",
                     "task-move-version", "rehearsal-rerun", "go-live", "playbook-import", "playbook-draft",
                     "playbook-guidance", "playbook-categories", "playbook-rules", "playbook-reply",
-                    "playbook-article-add", "playbook-article", "playbook-publish", "item-approval",
+                    "playbook-articles", "playbook-rename", "playbook-yaml", "item-approval",
                     "item-approvals", "item-retry", "item-skip", "effect-reconcile", "effect-review")},
 }
 WIDE_CATEGORIES = ["billing", "account", "shipping", "feedback", "technical", "returns", "warranty", "delivery",
