@@ -39,7 +39,7 @@ _JSON_KEYS = re.compile(r"\"(subject|body|category|priority|sentiment|actions|su
 _SYSTEM_WORDS = ("you are a support-ticket assistant", "untrusted customer input", "requested schema")
 _STOPWORDS = {
     "en": "the and you your to of is for we our with this that have please thank be are it not can will "
-          "where what how why when my me hello hi help password refund invoice thanks",  # a short ticket's
+          "where what how why when my me hello hi help password refund invoice thanks i was were am did see",
     "de": "und der die das sie ihr ihre ist nicht wir mit für bitte danke ein eine zu den auf wird haben",
     "fr": "le la les et vous votre est pas nous avec pour merci une un des du sur dans sera avons bien",
     "es": "el la los las y usted su es no nosotros con para gracias una un del que por será hemos muy",
@@ -48,6 +48,7 @@ _STOPWORDS = {
     "nl": "de het een en u uw is niet wij met voor bedankt dank van dat zal hebben",
 }
 _WORDS = {lang: frozenset(words.split()) for lang, words in _STOPWORDS.items()}
+_MARKUP = re.compile(r"<[^<>]{0,200}>")
 
 
 def reply_check(spec: PlaybookSpec, *, reply: dict, ticket: dict, triage: dict) -> list[dict]:
@@ -180,6 +181,7 @@ def language_detect(text: str, *, min_words: int = 4) -> str:
     """The language `text` is written in, when that is clear ("" when it is not): by its alphabet, else by its
     common words, at least `min_words` of them and twice as many as another language's (a reply is checked so;
     the offline model's triage asks one word more than any other language for a short ticket's)."""
+    text = _MARKUP.sub(" ", text)  # a tag's names ("<a href=…>") are no words of the ticket's language
     letters = [c for c in text if c.isalpha()]
     if not letters:
         return ""
