@@ -20,6 +20,7 @@ from ticketagent.pipeline.run import item_process
 from ticketagent.playbooks.services import playbook_import, version_publish
 from ticketagent.playbooks.spec import PlaybookInvalid, spec_validate
 
+from ..conftest import skip_or_fail
 from ..factories import make_task
 from . import kestrel
 
@@ -42,7 +43,7 @@ def long_guidance() -> dict:
 @pytest.fixture
 def kestrel_here():
     if kestrel.present():
-        pytest.skip(kestrel.present())
+        skip_or_fail(kestrel.present())
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from ticketagent.playbooks.models import PlaybookVersion
 from ticketagent.playbooks.services import playbook_import
 
 from ..agent import kestrel
+from ..conftest import skip_or_fail
 from ..factories import make_task
 from .conftest import assert_accessible, assert_fits_the_screen, assert_keyboard_reaches_every_action, login
 
@@ -33,7 +34,7 @@ def erin(transactional_db):
 def test_publishing_a_playbook_that_cannot_fit_the_local_model_says_why_with_the_numbers(page, live_server,
                                                                                           openai_server, erin, width):
     if kestrel.present():
-        pytest.skip(kestrel.present())
+        skip_or_fail(kestrel.present())
     openai_server.configure(n_ctx=2048)
     policy = (kestrel.KESTREL / "policy.md").read_text(encoding="utf-8")
     data = kestrel.spec().model_dump(mode="json")
