@@ -137,10 +137,6 @@ def hostile_task(client, alice, openai_server, sandbox, queue, settings):
         "name": f"Batch {PAYLOADS[1]}", "notify_channel": "helpdesk", "failure_threshold": 3})
     assert response.status_code == 302, response.content[:2000]
     task = Task.objects.get()
-    sandbox.set_faults(error_next={"notify": 1})  # XSS-1's notify: answered 503 (it may still land, so it stays unknown)
-    # ... for an hour: on a slow machine its item's own settling would otherwise reach the settle time, find nothing,
-    # send it again and finish the item
-    settings.HELPDESK_UPSTREAM_TIMEOUT = 3600
     for ticket_id in ("XSS-1", "XSS-2"):
         item = task.items.get(ticket_id=ticket_id)
         item_process(item_id=item.pk, attempt=item.attempt)
@@ -150,6 +146,11 @@ def hostile_task(client, alice, openai_server, sandbox, queue, settings):
     assert first.status == ItemStatus.WAITING_APPROVAL and "made_up_contact" in first.last_error
     item_approve(item_id=first.pk, decision=Approval.APPROVED, reason="the links were checked", actor="alice")
     first.refresh_from_db()
+    # XSS-1's notify, and no other: answered 503 (it may still land, so it stays unknown) ...
+    sandbox.set_faults(error_next={"notify": 1})
+    # ... for an hour: on a slow machine its item's own settling would otherwise reach the settle time, find nothing,
+    # send it again and finish the item
+    settings.HELPDESK_UPSTREAM_TIMEOUT = 3600
     item_process(item_id=first.pk, attempt=first.attempt)
     assert task.items.get(ticket_id="XSS-1").status == ItemStatus.WAITING_REVIEW
     assert task.items.get(ticket_id="XSS-2").status == ItemStatus.WAITING_APPROVAL
