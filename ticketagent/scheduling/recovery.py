@@ -36,7 +36,7 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, Ite
 from ticketagent.pipeline.lease import item_take_over
 from ticketagent.scheduling import jobs
 from ticketagent.scheduling.window import windows_refill
-from ticketagent.services.items import item_continue, items_requeue
+from ticketagent.services.items import item_continue, items_continuable, items_requeue
 from ticketagent.services.tasks import task_finish_if_idle, task_locked
 
 log = logging.getLogger(__name__)
@@ -114,12 +114,9 @@ def item_settle_unknowns(item_id: int) -> int:
 
 
 def continue_waiting_items() -> int:
-    """Safety net: items waiting for review whose effects are all resolved."""
-    open_items = set(Effect.objects.filter(state__in=(EffectState.UNKNOWN, EffectState.INTENT))
-                     .values_list("owner_item", flat=True))
-    waiting = [pk for pk in Item.objects.filter(status=ItemStatus.WAITING_REVIEW).values_list("pk", flat=True)
-               if str(pk) not in open_items]
-    return sum(item_continue(item_id=pk, actor="recovery") for pk in waiting)
+    """Safety net: items waiting for review whose effects are all resolved (`items_continuable`)."""
+    return sum(item_continue(item_id=pk, actor="recovery")
+               for pk in items_continuable().values_list("pk", flat=True)[:5000])
 
 
 # why a queued item was sent again without a lease having expired (the Workers page lists these recoveries too)

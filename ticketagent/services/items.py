@@ -1,6 +1,8 @@
 """Operator actions on items: requeue (retry, continue after review, approval), skip, decide on held actions."""
 
 from django.db import transaction
+from django.db.models import CharField, Exists, OuterRef
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from ledger.models import Effect, EffectState
@@ -67,18 +69,24 @@ def item_skip(*, item_id: int, reason: str, actor: str) -> Item:
     return item
 
 
+def items_continuable():
+    """Items waiting for review none of whose effects is still open (`intent` or `unknown`): one NOT EXISTS
+    query, the one definition behind every continue (a resolved effect's event, the sweep's safety net)."""
+    open_effect = Effect.objects.filter(owner_item=Cast(OuterRef("pk"), CharField()),
+                                        state__in=(EffectState.UNKNOWN, EffectState.INTENT))
+    return Item.objects.filter(status=ItemStatus.WAITING_REVIEW).filter(~Exists(open_effect))
+
+
 def item_continue(*, item_id: int, actor: str = "system") -> bool:
     """After a review or reconcile: an item waiting for review continues by
-    itself once none of its effects is unknown."""
+    itself once none of its effects is open (`items_continuable`)."""
     with transaction.atomic():
         item = Item.objects.filter(pk=item_id).only("task_id").first()
         if item is None:
             return False
         task = task_locked(item.task_id)
-        item = Item.objects.select_for_update(no_key=True).get(pk=item_id)
-        if item.status != ItemStatus.WAITING_REVIEW:
-            return False
-        if Effect.objects.filter(owner_item=item.ref, state__in=(EffectState.UNKNOWN, EffectState.INTENT)).exists():
+        item = items_continuable().select_for_update(no_key=True).filter(pk=item_id).first()
+        if item is None:
             return False
         items_requeue(task, [item], actor=actor, why="its unknown effects were resolved")
     return True
