@@ -11,7 +11,7 @@ import time
 import pytest
 from django.urls import reverse
 
-from ticketagent.web.selectors_ops import late_after
+from ticketagent.web.selectors.ops import late_after
 
 from ..factories import make_task
 
@@ -29,10 +29,12 @@ def _cell(row: str, label: str) -> str:
 
 
 def _wait_for(client, pid: int, text: str, timeout: float = 90) -> str:
+    """The worker's row once its State cell says `text` (the row as a whole says "busy" from the start: "0 of 2
+    threads busy")."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         row = _row(client, pid)
-        if text in row:
+        if row and text in _cell(row, "State"):
             return row
         time.sleep(0.3)
     raise AssertionError(f"the worker's row never said {text!r}: {row}")
