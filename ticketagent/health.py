@@ -4,7 +4,7 @@ The recovery sweep counts them every HEALTH_CACHE_SECONDS and shares them
 through the cache, so no page view waits for whole-table counts. They are
 the one source of every count a page shows of the whole system: the
 header's "needs a person" counts are read from the same snapshot
-(`web.selectors_review.attention_counts`), so a tile, the header and
+(`web.selectors.review.attention_counts`), so a tile, the header and
 "items by state" never disagree; each says when it was counted (`as_of`).
 A person's change forgets the snapshot (`health_numbers_forget`), so their
 own act shows at once.

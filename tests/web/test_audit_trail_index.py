@@ -9,7 +9,7 @@ from django.db import connection, transaction
 
 from tests.factories import make_task
 from ticketagent.models import AUDIT_EVENTS, Event, EventType, ItemStatus
-from ticketagent.web.selectors_review import audit_trail
+from ticketagent.web.selectors.review import audit_trail
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from ticketagent.web import selectors_ops
+from ticketagent.web.selectors import ops as selectors_ops
 
 from ..factories import make_task
 

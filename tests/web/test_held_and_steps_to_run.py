@@ -14,7 +14,7 @@ from ticketagent.models import Checkpoint, Item, ItemStatus, Task, TaskStatus
 from ticketagent.plan import PLAN_VERSION, STEP_NAMES
 from ticketagent.services.items import item_held_actions
 from ticketagent.services.resume import task_dry_run
-from ticketagent.web.selectors_rehearsal import rehearsal_page, rehearsal_summary
+from ticketagent.web.selectors.rehearsal import rehearsal_page, rehearsal_summary
 
 from ..factories import make_task
 

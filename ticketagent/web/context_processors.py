@@ -4,7 +4,7 @@ from django.utils.functional import SimpleLazyObject
 
 from ticketagent.llm.clients import model_label
 from ticketagent.web.live import LIVE_MARK
-from ticketagent.web.selectors_review import attention_counts
+from ticketagent.web.selectors.review import attention_counts
 
 
 def product(request):

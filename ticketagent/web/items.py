@@ -11,8 +11,8 @@ from django.views.decorators.http import require_GET
 
 from ticketagent.eventlog.usage import step_usages
 from ticketagent.models import Checkpoint, EventType, Item
-from ticketagent.web import selectors_ops
 from ticketagent.web.access import login_required, render_page
+from ticketagent.web.selectors import ops as selectors_ops
 
 
 @login_required

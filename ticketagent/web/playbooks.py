@@ -23,7 +23,6 @@ from ticketagent.playbooks import services as playbook_services
 from ticketagent.playbooks.files import spec_to_yaml
 from ticketagent.playbooks.spec import PlaybookInvalid
 from ticketagent.services import ServiceError
-from ticketagent.web import selectors_playbooks as selectors
 from ticketagent.web.access import is_editor, login_required, render_page, require_editor
 from ticketagent.web.playbook_forms import (
     ArticlesEditor,
@@ -38,7 +37,8 @@ from ticketagent.web.playbook_forms import (
     YamlEditor,
     section_editors,
 )
-from ticketagent.web.selectors_regression import version_regression
+from ticketagent.web.selectors import playbooks as selectors
+from ticketagent.web.selectors.regression import version_regression
 
 
 def _list_page(request, *, form=None, errors=(), status=200):

@@ -13,7 +13,7 @@ import csv
 
 from ticketagent.eventlog.usage import items_usage
 from ticketagent.models import Item, ItemStatus, Task
-from ticketagent.web.selectors_rehearsal import FIELDS, agreement_of
+from ticketagent.web.selectors.rehearsal import FIELDS, agreement_of
 
 HEADERS = ("Ticket", "Subject", "Item status", "Category", "Priority", "Sentiment", "Language",
            "Actions that would run", "Held for approval", "Rules applied", "Failed reply checks", "Ticket status after",

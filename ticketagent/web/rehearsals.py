@@ -23,7 +23,7 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Task
 from ticketagent.services import ServiceError
 from ticketagent.services.rehearsal import rehearsal_rerun, task_go_live
 from ticketagent.upload.parse import parse_batch
-from ticketagent.web import selectors, selectors_rehearsal
+from ticketagent.web import selectors
 from ticketagent.web.access import (
     HTMX_STOP_POLLING,
     go_to_task,
@@ -33,6 +33,7 @@ from ticketagent.web.access import (
     require_operator,
 )
 from ticketagent.web.rehearsal_export import rehearsal_csv_lines
+from ticketagent.web.selectors import rehearsal as selectors_rehearsal
 
 REPORT = "rehearsals/report.html"
 MAX_EXCLUDED = 50_000

@@ -18,8 +18,8 @@ from ledger.services import ReviewError, effect_reconcile, effect_review
 from ticketagent.models import Approval, Item
 from ticketagent.services import ServiceError
 from ticketagent.services.items import item_approve, item_retry, item_skip
-from ticketagent.web import selectors_review
 from ticketagent.web.access import actor, login_required, render_page, require_operator
+from ticketagent.web.selectors import review as selectors_review
 
 
 def _review_page(request, *, error="", status=200, extra=None):

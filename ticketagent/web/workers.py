@@ -3,8 +3,8 @@
 from django.conf import settings
 from django.views.decorators.http import require_GET
 
-from ticketagent.web import selectors_ops
 from ticketagent.web.access import login_required, render_page
+from ticketagent.web.selectors import ops as selectors_ops
 
 
 @login_required

@@ -24,7 +24,7 @@ from ticketagent.playbooks.models import PlaybookVersion
 from ticketagent.playbooks.rules import decision_review
 from ticketagent.playbooks.services import version_spec
 from ticketagent.playbooks.spec import PlaybookSpec
-from ticketagent.web.selectors_rehearsal import FIELDS, Agreement, agreement_of
+from ticketagent.web.selectors.rehearsal import FIELDS, Agreement, agreement_of
 
 # It runs inside the publish confirmation's request: the offline model decides a ticket in about a millisecond
 # plus one article search; a larger rehearsal is read up to this many tickets and the page says so.

@@ -13,7 +13,7 @@ from ticketagent.eventlog.merged import transition_payload
 from ticketagent.health import health_numbers
 from ticketagent.models import AUDIT_EVENTS, Approval, Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.web.selectors import effects_with_owners
-from ticketagent.web.selectors_ops import item_decision
+from ticketagent.web.selectors.ops import item_decision
 
 REVIEW_PAGE_SIZE = 50
 
