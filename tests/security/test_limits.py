@@ -23,6 +23,19 @@ pytestmark = pytest.mark.django_db
 HTMX = {"HX-Request": "true"}
 
 
+@pytest.fixture(autouse=True)
+def one_window(monkeypatch):
+    """Every request of a test falls in one rate-limit window: django-ratelimit's windows are fixed (a minute,
+    staggered by key), and on a loaded machine a test's few requests could straddle a window's end and find the
+    budget fresh again (the third upload allowed). `test_the_window_and_retry_after` moves the clock itself."""
+    import types
+
+    import django_ratelimit.core
+
+    start = (int(django_ratelimit.core.time.time()) // 60) * 60.0 + 1
+    monkeypatch.setattr(django_ratelimit.core, "time", types.SimpleNamespace(time=lambda: start))
+
+
 def upload(client, n=1, name="batch.csv", **headers):
     return client.post(reverse("upload"), {"file": SimpleUploadedFile(name, csv_batch(n)), "notify_channel": "helpdesk",
                                            "failure_threshold": 3}, headers=headers)
