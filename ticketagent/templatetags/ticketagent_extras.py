@@ -13,6 +13,7 @@ from ticketagent.eventlog.export import iso_utc
 from ticketagent.failures import failure_label as _failure_label
 from ticketagent.llm.prices import dollars
 from ticketagent.plan import step_name as _step_name
+from ticketagent.playbooks import reading
 from ticketagent.services.budget import budget_reserved_label, budget_spent, task_reason
 from ticketagent.words import event_words, state_words
 
@@ -84,6 +85,13 @@ def state(value):
 def event(value):
     """An event type in people's words ("ITEM_WAITING" -> "waiting for a person"): `ticketagent.words`."""
     return event_words(value)
+
+
+# a playbook read as a person reads it: `ticketagent.playbooks.reading`
+register.filter("rule_conditions", reading.rule_conditions)
+register.filter("rule_outputs", reading.rule_outputs)
+register.filter("fact_source", reading.fact_source)
+register.filter("fact_type", reading.fact_type)
 
 
 @register.filter
