@@ -320,7 +320,7 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
     started = time.monotonic()
     procs = Processes(log_dir=Path(tempfile.mkdtemp(prefix="killtest-")))
     pool = WorkerPool(procs, workers=workers, rng=rng, crash_probability=crash_probability,
-                      worker_command=worker_command or [sys.executable, "manage.py", "worker"],
+                      worker_command=worker_command or [sys.executable, "manage.py", "worker", "--no-sweep"],
                       proxied=bool(faults & set(WORKER_FAULTS)), threads=threads)
     round_faults = tuple(f for f in SLOW_FAULTS if f in faults)
     with ExitStack() as stack:  # on the way out: the workers first, then the helpdesk

@@ -156,7 +156,7 @@ def test_the_recovery_sweep_counts_so_that_viewers_do_not(client, bob, rows, set
     from django.core.cache import cache
 
     from ticketagent.health import HEALTH_CACHE_KEY
-    from ticketagent.scheduling.recovery import recover_loop
+    from ticketagent.scheduling.sweep import recover_loop
 
     settings.HEALTH_CACHE_SECONDS = 30
     cache.delete(HEALTH_CACHE_KEY)
