@@ -184,7 +184,7 @@ def test_the_procfile_names_the_processes_make_run_and_the_systemd_units_use():
         "-m", "sandbox", "--port", "0", "--smtp-port", "8026", "--db", "/v/sandbox.sqlite3"]
     assert command_line(commands["worker"], {})[0] == sys.executable
     units = {p.stem.rstrip("@"): p.read_text() for p in (ROOT / "deploy" / "systemd").glob("*.service")}
-    assert set(units) == {"ticketagent-web", "ticketagent-worker"}
+    assert set(units) >= {"ticketagent-web", "ticketagent-worker"} and "ticketagent-sweep" not in units
     for name in ("web", "worker"):
         unit = units[f"ticketagent-{name}"]
         program = commands[name].split()[0]

@@ -32,14 +32,16 @@ from ticketagent.scheduling.recovery import recover_once
 
 log = logging.getLogger(__name__)
 
-SWEEP_LOCK = (0x7461, 0x7377)  # pg_try_advisory_lock(int, int); pg_locks shows it as classid, objid, objsubid 2
+# pg_try_advisory_lock(int, int): one per database; pg_locks shows it as classid, objid, objsubid 2
+SWEEP_LOCK = (0x7461, 0x7377)
 
 _HELD = """SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
             AND pid = pg_backend_pid() AND classid = %s AND objid = %s)"""
 _TAKE = "SELECT set_config('idle_session_timeout', %s, false), pg_try_advisory_lock(%s, %s)"
 _TAKE_ONLY = "SELECT pg_try_advisory_lock(%s, %s)"
 _HOLDER = """SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = %s AND l.objid = %s"""
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = %s AND l.objid = %s
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
 
 
 def sweep_taken() -> bool:
