@@ -1,6 +1,6 @@
 # Crash-safe ticket agents -- developer entry points.
 #
-#   make run          the whole stack (web, workers, recovery sweep, sandbox
+#   make run          the whole stack (web, workers that run the recovery sweep, sandbox
 #                     helpdesk, PostgreSQL and Redis if needed); Ctrl-C stops
 #                     everything
 #   make model        build the local model server once (llama.cpp's
@@ -19,8 +19,8 @@
 #   make structure    module and function sizes and complexity, private imports, import cycles
 #                     (modules and packages), writes to libraries' objects outside their adapters,
 #                     "never twice" end to end in <= 800 lines (scripts/reading_order.py)
-#   make worker | sweep | sandbox | bench      one piece at a time (the Procfile's
-#                     names; `make recover` is `make sweep`)
+#   make worker | sandbox | bench      one piece at a time (the Procfile's names);
+#                     `make sweep` (or `make recover`): a process that only takes turns at the sweep
 #   make clean        remove var/ (the private PostgreSQL's data, logs; not the
 #                     local model's build, var/model/) and the install stamp;
 #                     stop make run first

@@ -252,6 +252,7 @@ class TwoHosts:
             "DJANGO_SUPERUSER_EMAIL": "ops@example.com"})
         procfile = read_procfile(ROOT / "Procfile")
         env = self.app_env()
+        procfile["sweep"] = "python manage.py recover --loop"  # a host that only sweeps, beside the sweeping workers
         for name, host in (("web", "web"), ("worker", "w1"), ("worker", "w2"), ("sweep", "sweep")):
             argv = command_line(procfile[name], env)
             self.children[host] = self.procs.start(host, self.in_host(host, argv), env=env)

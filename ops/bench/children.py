@@ -17,7 +17,7 @@ from pathlib import Path
 from ops.processes import Child, Processes
 from ops.sandbox_child import start_sandbox
 
-WORKER = [sys.executable, "manage.py", "worker"]
+WORKER = [sys.executable, "manage.py", "worker", "--no-sweep"]  # beside `recover --loop`, as before the workers swept
 
 # Workers, ours and the peer's, run as deployed (docs/deploy.md): DEBUG off, so no
 # query log is kept and every statement goes through the plain cursor.

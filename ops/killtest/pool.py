@@ -2,11 +2,15 @@
 
 import random
 import sys
+import time
 from collections import Counter
+
+from django.db import DatabaseError, connection
 
 from ledger.faults import WINDOWS
 from ops.faultproxy import FaultProxy
 from ops.processes import Child, Processes
+from ticketagent.scheduling.sweep import sweep_holder
 
 
 class WorkerPool:
@@ -16,10 +20,15 @@ class WorkerPool:
     not: then running up to `threads` items at once) at random. With `proxied`, each worker reaches PostgreSQL through a
     FaultProxy of its own (`proxies[child]`), which the slow-worker faults
     stall or cut; the sweep connects directly. A worker under such a fault
-    (`spared`) is not killed at random: its waking up is the point."""
+    (`spared`) is not killed at random: its waking up is the point.
+
+    With `sweep_in_workers` there is no sweep process: the workers take turns at it (as deployed), and every
+    other kill is aimed at the one that holds it; `takeovers` are the seconds from that kill until another
+    worker held the sweep."""
 
     def __init__(self, procs: Processes, *, workers: int, rng: random.Random, crash_probability: float,
-                 worker_command: list[str], proxied: bool = False, threads: int = 1):
+                 worker_command: list[str], proxied: bool = False, threads: int = 1,
+                 sweep_in_workers: bool = False):
         self.procs, self.n, self.rng = procs, workers, rng
         self.crash_probability = crash_probability
         self.worker_command = worker_command
@@ -32,6 +41,9 @@ class WorkerPool:
         self.recovery: Child | None = None
         self.wall_kills = 0
         self.modes: Counter = Counter()
+        self.sweep_in_workers = sweep_in_workers
+        self.takeovers: list[float] = []
+        self._holder_killed: tuple[int, float] | None = None  # (pid, when) of a sweep holder just killed
 
     def start_worker(self) -> Child:
         window = self.rng.choice(WINDOWS)
@@ -58,8 +70,9 @@ class WorkerPool:
 
     def start(self) -> None:
         self.workers = [self.start_worker() for _ in range(self.n)]
-        self.recovery = self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"],
-                                         log=self.procs.log_dir / "recover.log")
+        if not self.sweep_in_workers:
+            self.recovery = self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"],
+                                             log=self.procs.log_dir / "recover.log")
 
     def kill_random(self) -> None:
         """SIGKILL one worker (not a spared one), work-horse included, and start another."""
@@ -67,12 +80,38 @@ class WorkerPool:
         if not choices:
             return
         i = self.rng.choice(choices)
+        holder = self._holder_index(choices) if self.sweep_in_workers and self.rng.random() < 0.5 else None
+        if holder is not None and self._holder_killed is None:
+            i = holder
+            self._holder_killed = (self.workers[i].pid, time.monotonic())
         self.procs.kill(self.workers[i])
         self._gone(self.workers[i])
         self.wall_kills += 1
         self.workers[i] = self.start_worker()
 
+    def _holder_index(self, choices: list[int]) -> int | None:
+        """Which of `choices` holds the sweep now (None: none of them, or the database did not say)."""
+        pid = self._holder_pid()
+        return next((i for i in choices if self.workers[i].pid == pid), None)
+
+    def _holder_pid(self) -> int | None:
+        try:
+            holder = sweep_holder()
+        except DatabaseError:
+            connection.close()
+            return None
+        return int(holder.rsplit(":", 1)[1]) if holder else None
+
+    def _note_takeover(self) -> None:
+        """After a kill of the sweep's holder: the seconds until another worker holds it."""
+        pid = self._holder_pid()
+        if pid is not None and pid != self._holder_killed[0]:
+            self.takeovers.append(time.monotonic() - self._holder_killed[1])
+            self._holder_killed = None
+
     def restart_dead(self) -> None:
+        if self._holder_killed is not None:
+            self._note_takeover()
         for i, child in enumerate(self.workers):
             if child.poll() is not None:
                 self.procs.forget(child)

@@ -36,6 +36,8 @@ class Report:
     failed_items: int = 0  # items that failed on the way (a refusal; none may fail of a hiccup or a click)
     suspensions: int = 0  # tasks suspended on the way (the harness resumes them)
     operator: Counter = field(default_factory=Counter)  # the operator's clicks on Review (ops/killtest/operator.py)
+    sweep_in_workers: bool = False  # no sweep process: the workers take turns at it
+    sweep_takeovers: list = field(default_factory=list)  # seconds from killing the sweep's holder to a new holder
 
     def count(self, task, what: str, n: int = 1) -> None:
         self.per_task.setdefault(str(task), Counter())[what] += n
@@ -55,6 +57,13 @@ class Report:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def _sweep_line(self) -> str:
+        if not self.sweep_in_workers:
+            return "a process of its own (recover --loop)"
+        times = self.sweep_takeovers
+        return (f"in the workers; its holder killed {len(times)} time(s), taken over after "
+                + (f"{min(times):.1f}-{max(times):.1f} s" if times else "-"))
 
     def table(self) -> str:
         kills = ", ".join(f"{w} {self.kills[w]}" for w in (*WINDOWS, "wall-clock")) or "none"
@@ -79,6 +88,7 @@ class Report:
             ("tasks suspended on the way", self.suspensions),
             ("operator's clicks", ", ".join(f"{k} {v}" for k, v in sorted(self.operator.items())) or "none"),
             ("blocked duplicates", self.blocked),
+            ("recovery sweep", self._sweep_line()),
             ("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"),
             ("helpdesk faults", self.helpdesk_faults or "none"),
             ("playbook", self.playbook or "the shipped one"),

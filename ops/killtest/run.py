@@ -295,7 +295,7 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
                  worker_command: list[str] | None = None, helpdesk_faults: dict | None = None,
                  fault_seconds: float = 12.0, gateway_share: float = 0.15, playbook: Path | None = None,
                  rehearsals: bool = False, threads: int = 1, operator: bool = False, read_faults: float = 0.0,
-                 out=sys.stdout) -> Report:
+                 sweep_in_workers: bool = False, out=sys.stdout) -> Report:
     """Run the kill test. `channel`: helpdesk (the sandbox's REST API), email
     (SMTP, no look-up) or rt (a private Request Tracker: the helpdesk and the
     oracle). `worker_command` starts one worker (default: `manage.py worker`);
@@ -309,7 +309,8 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
     its tickets, and nothing may be sent for them. `operator`: a person on the Review page clicks Reconcile now
     and records verdicts at random moments (ops/killtest/operator.py); `read_faults`: that share of the
     helpdesk's reads fails (a 503, a closed connection, a stall) behind the gateway, the whole run. Either way
-    no item may fail and no task be suspended: a hiccup or a click needs nobody."""
+    no item may fail and no task be suspended: a hiccup or a click needs nobody. `sweep_in_workers`: no sweep
+    process, the workers take turns at it (as deployed), and half the kills are aimed at its holder."""
     import redis
 
     faults = _faults_checked(channel, set(faults or ()), fault_seconds)
@@ -320,8 +321,9 @@ def run_killtest(*, rounds: int, items: int, workers: int, seed: int, sandbox_ke
     started = time.monotonic()
     procs = Processes(log_dir=Path(tempfile.mkdtemp(prefix="killtest-")))
     pool = WorkerPool(procs, workers=workers, rng=rng, crash_probability=crash_probability,
-                      worker_command=worker_command or [sys.executable, "manage.py", "worker"],
-                      proxied=bool(faults & set(WORKER_FAULTS)), threads=threads)
+                      worker_command=worker_command or [sys.executable, "manage.py", "worker",
+                                                        *(() if sweep_in_workers else ("--no-sweep",))],
+                      proxied=bool(faults & set(WORKER_FAULTS)), threads=threads, sweep_in_workers=sweep_in_workers)
     round_faults = tuple(f for f in SLOW_FAULTS if f in faults)
     with ExitStack() as stack:  # on the way out: the workers first, then the helpdesk
         if channel == "rt":
@@ -358,4 +360,6 @@ def _finish_report(report: Report, h: Harness, gateway: Gateway | None, *, stric
         nobody_needed(report)
     report.kills = h.pool.crash_counts()
     report.kills["wall-clock"] = h.pool.wall_kills
+    report.sweep_takeovers = list(h.pool.takeovers)
+    report.sweep_in_workers = h.pool.sweep_in_workers
     report.worker_starts = h.pool.modes

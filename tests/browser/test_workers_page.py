@@ -98,3 +98,26 @@ def test_a_killed_worker_is_shown_dead_within_the_lease_time_and_never_busy(page
     expect(page.locator(".recoveries li", has_text="L-1")).to_contain_text(
         "job lost before its item started (its job was missing from Redis) → sent again by recovery as attempt 1")
     assert page.console_errors == []
+
+
+@pytest.mark.parametrize("screen", ["phone", "desktop"])
+def test_the_worker_that_runs_the_recovery_sweep_is_marked_and_the_mark_moves_when_it_dies(page, live_server, workers,
+                                                                                        sandbox, alice, screen):
+    from .conftest import DESKTOP, PHONE
+
+    page.set_viewport_size(PHONE if screen == "phone" else DESKTOP)
+    first, second = workers.start(2, sweep=True)
+    login(page, "alice", "alice-pass-123")
+    page.locator("#nav-workers").click()
+    marked = page.locator("table.workers tbody tr", has=page.locator(".sweeps"))
+    expect(marked).to_have_count(1, timeout=60_000)  # the page polls
+    holder = first if f"pid {first.pid}" in marked.inner_text() else second
+    other = second if holder is first else first
+    expect(marked).to_contain_text("runs the recovery sweep")
+    assert_fits_the_screen(page, f"workers with a sweeping worker at {screen}")
+    assert_accessible(page, f"workers with a sweeping worker at {screen}")
+
+    workers.kill(holder, signal.SIGKILL)
+    expect(page.locator(f"#worker-{other.pid} .sweeps")).to_have_count(1, timeout=60_000)
+    expect(page.locator(f"#worker-{holder.pid} .sweeps")).to_have_count(0)
+    assert_accessible(page, f"workers after the sweep moved, at {screen}")

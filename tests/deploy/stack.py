@@ -1,4 +1,4 @@
-"""The production stack for tests: collectstatic, then the Procfile's web (gunicorn), worker and sweep
+"""The production stack for tests: collectstatic, then the Procfile's web (gunicorn), worker (which sweeps)
 processes on ticketagent.settings with DEBUG off, against the suite's PostgreSQL, Redis and sandbox.
 
 Used by tests/deploy/ and by the production browser test (tests/browser/test_production_stack.py).
@@ -88,7 +88,7 @@ def production_env(workers, tmp_path: Path, port: int) -> dict:
     }
 
 
-def start_stack(workers, tmp_path: Path, *, processes=("web", "worker", "sweep"),
+def start_stack(workers, tmp_path: Path, *, processes=("web", "worker"),
                 env_changes: dict[str, str | None] | None = None) -> Stack:
     """`env_changes` replaces variables of production_env(); a None value removes one."""
     port = free_port()

@@ -178,17 +178,17 @@ def test_the_procfile_names_the_processes_make_run_and_the_systemd_units_use():
     from ops.procfile import command_line, read_procfile
 
     commands = read_procfile(ROOT / "Procfile")
-    assert list(commands) == ["web", "worker", "sweep", "sandbox"]
-    assert commands["sweep"] == "python manage.py recover --loop"
+    assert list(commands) == ["web", "worker", "sandbox"]  # the workers run the recovery sweep: no process of its own
+    assert commands["worker"] == "python manage.py worker"
     assert command_line(commands["sandbox"], {"SANDBOX_PORT": "0", "TICKETAGENT_VAR_DIR": "/v"})[1:] == [
         "-m", "sandbox", "--port", "0", "--smtp-port", "8026", "--db", "/v/sandbox.sqlite3"]
     assert command_line(commands["worker"], {})[0] == sys.executable
     units = {p.stem.rstrip("@"): p.read_text() for p in (ROOT / "deploy" / "systemd").glob("*.service")}
-    assert set(units) >= {"ticketagent-web", "ticketagent-worker", "ticketagent-sweep"}
-    for name in ("web", "worker", "sweep"):
+    assert set(units) >= {"ticketagent-web", "ticketagent-worker"} and "ticketagent-sweep" not in units
+    for name in ("web", "worker"):
         unit = units[f"ticketagent-{name}"]
         program = commands[name].split()[0]
         assert re.search(rf"^ExecStart=\S*{program}\s", unit, re.M), (name, unit)
     run_py = (ROOT / "scripts" / "run.py").read_text()
-    assert 'commands["worker"]' in run_py and 'commands["sweep"]' in run_py and 'commands["web"]' in run_py
+    assert 'commands["worker"]' in run_py and 'commands["web"]' in run_py
     assert '["sandbox"]' in run_py

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
         return phase_step_done(item_run, step, steps._effect_summary(result.effect))
 
     run.run_effect_step = broken_step
-    call_command("worker")
+    call_command("worker", sweep=False)  # beside the kill test's `recover --loop`, as its workers
     return 0
 
 

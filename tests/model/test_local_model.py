@@ -129,9 +129,8 @@ def test_a_batch_suspended_by_model_failures_resumes_and_runs_on_the_real_model(
     assert plan.totals["recompute"] == len(TICKETS), plan.as_dict()
     task_resume(task_id=task.pk, actor="test")
     started = time.monotonic()
-    # two workers and the recovery sweep, as `make run` starts them
-    workers.start(2, extra_env=local_model.env)
-    workers.start_recovery()
+    # two workers, which take turns at the recovery sweep, as `make run` starts them
+    workers.start(2, extra_env=local_model.env, sweep=True)
 
     def settled():
         task.refresh_from_db()

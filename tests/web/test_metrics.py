@@ -152,11 +152,12 @@ def test_without_redis_the_counts_are_counted_for_each_request(client, bob, rows
     assert client.get(reverse("tasks")).status_code == 200
 
 
+@pytest.mark.django_db(transaction=True)  # the sweep takes its lock on a session of its own, closed after it
 def test_the_recovery_sweep_counts_so_that_viewers_do_not(client, bob, rows, settings):
     from django.core.cache import cache
 
     from ticketagent.health import HEALTH_CACHE_KEY
-    from ticketagent.scheduling.recovery import recover_loop
+    from ticketagent.scheduling.sweep import recover_loop
 
     settings.HEALTH_CACHE_SECONDS = 30
     cache.delete(HEALTH_CACHE_KEY)

@@ -53,12 +53,17 @@ finds it exceeded, instead of after a count of probes). All four are
 ignored over a unix socket.
 """
 
+import contextlib
 import math
+import os
+import socket
+import threading
 
 from django.conf import settings
 from django.db.backends.signals import connection_created
 
 _ROLE: list[str] = []
+_THREAD = threading.local()  # a thread's own role (the sweep's thread in a worker), over the process's
 
 # DB_PLAN_CACHE_MODE, or unset (''): plans kept where autovacuum keeps them fresh, made at every run where nothing does
 _PLAN_CACHE_MODE = ("COALESCE(NULLIF(%s, ''), "
@@ -100,13 +105,30 @@ def lost_client_seconds(options: dict | None = None) -> float:
 
 
 def _apply(sender, connection, **kwargs):
-    if not _ROLE:
+    role = getattr(_THREAD, "role", None) or (_ROLE[0] if _ROLE else None)
+    if role is None:
         return
-    values = session_settings(_ROLE[0], connection.settings_dict["OPTIONS"])
+    values = session_settings(role, connection.settings_dict["OPTIONS"])
+    if role == "sweep":  # the Workers page finds the sweep's holder by it (`sweep.sweep_holder`)
+        values["application_name"] = f"sweep {socket.gethostname()}:{os.getpid()}"
     with connection.cursor() as cursor:  # one round trip: set_config(name, value, false) is SET
         cursor.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(values))
                        + f", set_config('plan_cache_mode', {_PLAN_CACHE_MODE}, false)",
                        [*(part for pair in values.items() for part in pair), settings.DB_PLAN_CACHE_MODE])
+
+
+@contextlib.contextmanager
+def sweep_session():
+    """In this thread, database sessions of the sweep's role (its limits, and its name) while it lasts."""
+    from django.db import connection
+
+    connection_created.connect(_apply, dispatch_uid="ticketagent.scheduling.db_sessions")
+    connection.close()
+    _THREAD.role = "sweep"
+    try:
+        yield
+    finally:
+        _THREAD.role = None
 
 
 def session_limits(role: str) -> None:

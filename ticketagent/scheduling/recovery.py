@@ -1,7 +1,8 @@
 """The recovery sweep: the database is the truth, Redis is transport.
 
-One pass (`recover_once`), run in a loop beside the workers and once at
-worker start:
+One pass (`recover_once`), run once at worker start and then every
+RECOVER_INTERVAL_SECONDS by whichever process holds the sweep
+(`ticketagent.scheduling.sweep`: a thread of every worker, or `recover --loop`):
 
 1. items whose lease expired (the worker died or froze): fence the old
    lease_token, turn its `intent` effects into `unknown`, queue the item again;
@@ -16,10 +17,9 @@ worker start:
 
 import datetime as dt
 import logging
-import time
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -31,7 +31,6 @@ from ledger.clock import db_now
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile, reconcile_not_before
 from ticketagent.eventlog.append import events_append
-from ticketagent.health import health_numbers_refresh
 from ticketagent.models import ACTIVE_TASK_STATUSES, Event, EventType, Item, ItemStatus, Task
 from ticketagent.pipeline.lease import item_take_over
 from ticketagent.scheduling import jobs
@@ -210,22 +209,3 @@ def recover_once() -> dict:
             log.warning("recovery: %s failed this pass: %s", name, exc)
             stats[name] = 0
     return stats
-
-
-def recover_loop(*, interval: float | None = None, stop=None) -> None:
-    """Sweep every `interval` seconds; also count the dashboard's numbers every
-    HEALTH_CACHE_SECONDS, so that viewers read them from the cache."""
-    interval = interval or settings.RECOVER_INTERVAL_SECONDS
-    next_count = 0.0
-    while stop is None or not stop():
-        try:
-            stats = recover_once()
-            if any(stats.values()):
-                log.info("recovery: %s", stats)
-            if time.monotonic() >= next_count:
-                next_count = time.monotonic() + settings.HEALTH_CACHE_SECONDS
-                health_numbers_refresh()
-        except Exception:  # noqa: BLE001 - the sweep must outlive a bad pass (e.g. DB restart)
-            log.exception("recovery pass failed")
-            connection.close()
-        time.sleep(interval)

@@ -47,6 +47,7 @@ from rq.worker import Worker as RQWorker
 from rq.worker import WorkerStatus
 
 from ticketagent.channels.served import helpdesk_known
+from ticketagent.scheduling.sweep import sweep_while_held
 from ticketagent.scheduling.worker_name import take_name
 from ticketagent.stopping import process_stop
 
@@ -266,7 +267,31 @@ class StopNoted:
         super().handle_warm_shutdown_request()
 
 
-class Worker(SignOfLife, StopNoted, CommandChannelWatchdog, RQWorker):
+# `manage.py worker` says whether this process takes its turn at the sweep (not in a burst, nor with --no-sweep)
+SWEEPS = [True]
+
+
+class Sweeps:
+    """Mixin for an rq worker: from its birth to its death, a thread of its own takes its turn at the recovery
+    sweep (`ticketagent.scheduling.sweep`)."""
+
+    def register_birth(self):
+        super().register_birth()
+        self._sweep_stop = threading.Event()
+        if SWEEPS[0]:
+            self._sweep_thread = threading.Thread(target=sweep_while_held, args=(self._sweep_stop,), name="sweep",
+                                                  daemon=True)
+            self._sweep_thread.start()
+
+    def register_death(self):
+        if hasattr(self, "_sweep_stop"):
+            self._sweep_stop.set()  # its session closes and the lock goes with it: another worker takes it
+            if hasattr(self, "_sweep_thread"):
+                self._sweep_thread.join(timeout=settings.DB_STATEMENT_TIMEOUT_SECONDS)
+        super().register_death()
+
+
+class Worker(Sweeps, SignOfLife, StopNoted, CommandChannelWatchdog, RQWorker):
     """rq's forking worker (WORKER_FORK=true) with a checked command channel."""
 
     kind = "forking"
@@ -283,7 +308,7 @@ class NoDeathPenalty(BaseDeathPenalty):
         pass
 
 
-class SimpleWorker(SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker):
+class SimpleWorker(Sweeps, SignOfLife, StopNoted, CommandChannelWatchdog, RQSimpleWorker):
     """rq's in-process worker (the default), running up to WORKER_THREADS jobs at once, with a checked command
     channel.
 

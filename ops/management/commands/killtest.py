@@ -71,6 +71,8 @@ class Command(BaseCommand):
                             help="share of the helpdesk's reads that fail behind a gateway, the whole run: a 503, "
                                  "a connection closed unanswered, a stall, in turn; then no item may fail and no "
                                  "task be suspended (default: %(default)s)")
+        parser.add_argument("--sweep-in-workers", action="store_true", help="no sweep process: the workers take "
+                            "turns at it, as deployed, and half the kills are aimed at its holder")
         parser.add_argument("--round-timeout", type=float, default=120.0,
                             help="seconds a round may take before it is checked as it stands "
                                  "(default: %(default)s)")
@@ -96,7 +98,8 @@ class Command(BaseCommand):
                               helpdesk_faults=helpdesk_faults, fault_seconds=opts["fault_seconds"],
                               gateway_share=opts["gateway_share"], playbook=playbook,
                               rehearsals=opts["rehearsals"], threads=opts["threads"], operator=opts["operator"],
-                              read_faults=opts["read_faults"], out=self.stdout)
+                              read_faults=opts["read_faults"], sweep_in_workers=opts["sweep_in_workers"],
+                              out=self.stdout)
         self.stdout.write(report.table())
         for problem in report.problems[:50]:
             self.stdout.write(f"  problem: {problem}")

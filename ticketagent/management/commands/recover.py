@@ -1,13 +1,15 @@
-"""`manage.py recover [--loop]`: the recovery sweep, once or beside the workers."""
+"""`manage.py recover [--loop]`: one recovery pass, or a process that takes its turn at the sweep like the
+workers (`ticketagent.scheduling.sweep`); a deployment needs none, its workers sweep."""
 
 from django.core.management.base import BaseCommand
 
 from ticketagent.scheduling.db_sessions import session_limits
-from ticketagent.scheduling.recovery import recover_loop, recover_once
+from ticketagent.scheduling.recovery import recover_once
+from ticketagent.scheduling.sweep import recover_loop
 
 
 class Command(BaseCommand):
-    help = "Run the recovery sweep once, or in a loop beside the workers (--loop)."
+    help = "Run one recovery pass, or take a turn at the sweep like a worker (--loop)."
 
     def add_arguments(self, parser):
         parser.add_argument("--loop", action="store_true", help="keep sweeping every --interval seconds")
@@ -16,7 +18,7 @@ class Command(BaseCommand):
     def handle(self, *args, loop=False, interval=None, **options):
         session_limits("sweep")
         if loop:
-            self.stdout.write("recovery sweep running; Ctrl-C stops it")
+            self.stdout.write("taking its turn at the recovery sweep; Ctrl-C stops it")
             try:
                 recover_loop(interval=interval)
             except KeyboardInterrupt:

@@ -1,4 +1,5 @@
-"""`manage.py worker`: one recovery pass, then an RQ worker for the item queue."""
+"""`manage.py worker`: one recovery pass, then an RQ worker for the item queue that takes its turn at the
+recovery sweep (`ticketagent.scheduling.sweep`; not in a burst, nor with --no-sweep)."""
 
 import time
 import uuid
@@ -12,7 +13,7 @@ import ticketagent.pipeline.run  # noqa: F401 - the job's code, loaded once befo
 from ticketagent.channels.identity import Helpdesk, IdentityUnknown
 from ticketagent.channels.served import helpdesk_served
 from ticketagent.pipeline.binding import tasks_not_served
-from ticketagent.scheduling import jobs
+from ticketagent.scheduling import jobs, rqworker
 from ticketagent.scheduling.db_sessions import session_limits
 from ticketagent.scheduling.recovery import recover_once
 
@@ -32,14 +33,17 @@ class Command(BaseCommand):
                             help="worker name (default: <inproc|fork>-<random>); a fixed name is taken over from a "
                                  "worker silent for LEASE_SECONDS, and waited for while its holder is alive")
         parser.add_argument("--with-scheduler", action="store_true")
+        parser.add_argument("--no-sweep", dest="sweep", action="store_false",
+                            help="take no turn at the recovery sweep (another worker or `recover --loop` does)")
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--fork", dest="fork", action="store_true", default=None,
                           help="fork a work-horse per job (default: the WORKER_FORK setting)")
         mode.add_argument("--no-fork", dest="fork", action="store_false",
                           help="run jobs in this process (the default unless WORKER_FORK is set)")
 
-    def handle(self, *args, burst=False, name=None, with_scheduler=False, fork=None, **options):
+    def handle(self, *args, burst=False, name=None, with_scheduler=False, fork=None, sweep=True, **options):
         session_limits("worker")
+        rqworker.SWEEPS[0] = sweep and not burst
         served = self._helpdesk()
         try:
             stats = recover_once()

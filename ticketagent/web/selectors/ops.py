@@ -28,6 +28,7 @@ from ticketagent.playbooks.services import published_spec
 from ticketagent.scheduling import jobs
 from ticketagent.scheduling.recovery import JOB_MISSING, JOB_STUCK
 from ticketagent.scheduling.rqworker import is_alive, seconds_since_seen
+from ticketagent.scheduling.sweep import sweep_holder
 from ticketagent.words import event_words
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class WorkerRow:
     items: list[Item] = field(default_factory=list)  # the items it holds: running under its lease (the database's)
     helpdesk: str = ""  # the identity of the helpdesk it serves (as that helpdesk reports it; "": not said)
     helpdesk_label: str = ""
+    sweeps: bool = False  # it holds the recovery sweep (ticketagent/scheduling/sweep.py), as the database says
     not_served: list[Task] = field(default_factory=list)  # active tasks bound to another helpdesk: none of theirs
 
     @property
@@ -112,6 +114,7 @@ def _rq_workers(ops: Operations) -> None:
     ops.failed_jobs = sum(q.failed_job_registry.count for q in queues)
     registered = Worker.all(queue=queue)
     seen = seconds_since_seen(queue.connection, [w.key for w in registered])
+    sweeping = sweep_holder()
     for worker, seen_ago in zip(registered, seen, strict=True):
         threads, kind, helpdesk, label = worker.connection.hmget(worker.key, "threads", "kind", "helpdesk",
                                                                  "helpdesk_label")
@@ -120,7 +123,8 @@ def _rq_workers(ops: Operations) -> None:
             state=_state(worker, seen_ago), seen_ago=seen_ago,
             last_heartbeat=worker.last_heartbeat, born=worker.birth_date,
             threads=int(threads) if threads and threads.isdigit() else 1,
-            helpdesk=helpdesk.decode() if helpdesk else "", helpdesk_label=label.decode() if label else ""))
+            helpdesk=helpdesk.decode() if helpdesk else "", helpdesk_label=label.decode() if label else "",
+            sweeps=f"{worker.hostname}:{worker.pid}" == sweeping))
 
 
 def operations_overview() -> Operations:
