@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import connection
 
 from ticketagent.health import health_numbers_refresh
 from ticketagent.scheduling.db_sessions import sweep_session
@@ -76,7 +76,8 @@ def sweep_while_held(stop: threading.Event | Callable[[], bool], *, interval: fl
             while not stopped():
                 try:
                     now_held = sweep_taken()
-                except DatabaseError as exc:  # the session ended (a pause, the server restarted): a new one next try
+                except Exception as exc:  # noqa: BLE001 - the thread must outlive it: a new session next try
+                    # (a DatabaseError: the session ended -- a pause, the server restarted)
                     log.info("sweep: its database session is gone (%s)", str(exc).strip())
                     connection.close()
                     now_held = False
