@@ -61,9 +61,7 @@ def test_many_threads_in_flight_stop_within_one_call_of_the_budget(heavy, openai
                                                                     alice):
     budget = Decimal("0.06")  # 15 calls' actual cost; each reserves about twice that
     task = make_task(32, budget=Budget(usd=budget))
-    # a lease as deployed: with the suite's 4 s, a starved machine let leases lapse while their calls were in
-    # flight, their reservations stopped counting (as a dead worker's do) and more was reserved than fits
-    workers.start(2, extra_env={**heavy, "LEASE_SECONDS": "30"})
+    workers.start(2, extra_env=heavy)
     wait_for(lambda: settled(task), timeout=180, interval=0.3, message=f"the task suspended\n{workers.logs()}")
     workers.stop_all()
 

@@ -7,9 +7,7 @@ The model client asks it before each call of an item of a task with a budget
 import time
 from dataclasses import dataclass
 
-from django.conf import settings
-
-from ticketagent.pipeline.budget import RESERVE_WAIT_LEASES, RESERVE_WAIT_SECONDS, RESERVED, WAIT, call_bound
+from ticketagent.pipeline.budget import RESERVE_WAIT_SECONDS, RESERVED, WAIT, call_bound
 from ticketagent.pipeline.lease import ItemRun
 from ticketagent.pipeline.phases import item_hand_back, phase_reserve
 from ticketagent.stopping import process_stopping
@@ -26,15 +24,9 @@ class CallAllowance:
 
     def reserve(self, *, prompt_tokens: int, completion_tokens: int) -> None:
         """The call's bound reserved (`phases.phase_reserve`), after waiting while it does not fit yet and calls of
-        the task are in flight, as long as the task spends on (at most RESERVE_WAIT_LEASES lease times since it last
-        spent: a waiter that others beat to the room freed is not the task's end); CallRefused once the item was
-        handed back."""
+        the task are in flight; CallRefused once the item was handed back."""
         bound = call_bound(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-        longest = RESERVE_WAIT_LEASES * settings.LEASE_SECONDS
-        give_up, spent = time.monotonic() + longest, None
-        while (answer := phase_reserve(self.run, bound, may_wait=time.monotonic() < give_up))[0] == WAIT:
-            if answer[2] != spent:
-                give_up, spent = time.monotonic() + longest, answer[2]
+        while (answer := phase_reserve(self.run, bound))[0] == WAIT:
             if process_stopping():  # the worker's grace is not for waiting on others' calls
                 item_hand_back(self.run, why="the worker is stopping")
                 raise CallRefused("the worker is stopping")

@@ -16,15 +16,10 @@ what its calls in flight hold (`services.budget.budget_reserved`) and the bound
 fit in its budget; it is written on the item (`Item.reserved_usd`,
 `reserved_tokens`). If it does not fit while other items' calls are in flight,
 the call waits for them (`RESERVE_WAIT_SECONDS`): they may cost less than they
-reserved -- a step's second call or later (a tool turn, a schema retry) too,
-though its item holds a reservation already. It waits as long as the task
-spends on, and at most two lease times (`RESERVE_WAIT_LEASES`) since it last
-spent: calls take seconds, and what is still reserved after that is held by
-items that wait themselves (two such items would wait for each other). Then,
-or when no call is in flight, the task reached its budget: it is suspended
-("budget reached") and the item is handed back. (A step's later call that
-stopped at once, without waiting, ended a task at 60% of its budget on a
-loaded machine: its first calls' answers were still on their way.)
+reserved -- unless it is a step's second call or later (a tool turn, a schema
+retry) and its item holds a reservation already: two such items would wait for
+each other. Otherwise the task reached its budget: it is suspended ("budget
+reached") and the item is handed back.
 
 Count. The model step's phase, holding the task, adds what its calls cost (the
 API's usage, priced) to the task's row and sets the item's reservation to 0
@@ -55,7 +50,6 @@ from ticketagent.services.tasks import task_suspend_locked
 
 # How often a call that does not fit yet looks again while other calls of its task are in flight (they take seconds).
 RESERVE_WAIT_SECONDS = 1.0
-RESERVE_WAIT_LEASES = 2  # and waits at most this many lease times (LEASE_SECONDS) before the task stops
 
 RESERVED, WAIT, STOP = "reserved", "wait", "stop"  # a reservation's answers (STOP: the item stops)
 
@@ -84,17 +78,17 @@ def _fits(task: Task, usd: Decimal, tokens: int) -> bool:
     return task.spent_tokens + tokens <= task.budget_tokens
 
 
-def budget_reserve_locked(task: Task, item: Item, bound: Bound, *, may_wait: bool = True) -> str:
+def budget_reserve_locked(task: Task, item: Item, bound: Bound) -> str:
     """Inside a phase holding the running task, then the item: RESERVED (the bound is written on the item), WAIT
-    (it does not fit while other items' calls are in flight and `may_wait`: it has not waited its longest yet) or
-    STOP (it does not fit otherwise: the task is suspended)."""
+    (it does not fit while other items' calls are in flight, and this item holds none) or STOP (it does not fit
+    otherwise: the task is suspended)."""
     others_usd, others_tokens = budget_reserved(task.pk, but=item.pk)
     if _fits(task, others_usd + item.reserved_usd + bound.usd, others_tokens + item.reserved_tokens + bound.tokens):
         Item.objects.filter(pk=item.pk).update(reserved_usd=F("reserved_usd") + bound.usd,
                                                reserved_tokens=F("reserved_tokens") + bound.tokens)
         return RESERVED
-    if may_wait and (others_usd or others_tokens):
-        return WAIT
+    if (others_usd or others_tokens) and not (item.reserved_usd or item.reserved_tokens):
+        return WAIT  # (an item holding a reservation, mid-step, never waits: two such would wait for each other)
     task_suspend_locked(task, reason=BUDGET_REACHED, spent_usd=str(task.spent_usd), spent_tokens=task.spent_tokens,
                         call_bound_usd=str(bound.usd), call_bound_tokens=bound.tokens)
     return STOP

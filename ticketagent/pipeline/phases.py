@@ -410,14 +410,12 @@ def phase_step_done(run: ItemRun, step: str, output, tool_calls=(), *, skipped=(
         return stop_if_task_stopped(run, locked)
 
 
-def phase_reserve(run: ItemRun, bound: Bound, *, may_wait: bool = True) -> tuple[str, str, tuple]:
+def phase_reserve(run: ItemRun, bound: Bound) -> tuple[str, str]:
     """Before a model call of a task with a budget, the task locked, then the item: the call's `bound` reserved
     (`budget.budget_reserve_locked`: RESERVED, or WAIT for the calls in flight), or the item is handed back
-    (STOP: the task reached its budget and is suspended; or the task no longer runs); with the task's status and
-    what it has spent (a waiting call sees the task move on)."""
+    (STOP: the task reached its budget and is suspended; or the task no longer runs); with the task's status."""
     with phase(run, task=True) as locked:
         task = locked.task
-        answer = (budget_reserve_locked(task, locked.item, bound, may_wait=may_wait)
-                  if task.status in ACTIVE_TASK_STATUSES else STOP)
+        answer = budget_reserve_locked(task, locked.item, bound) if task.status in ACTIVE_TASK_STATUSES else STOP
         stop_if_task_stopped(run, locked)
-        return answer, task.status, (task.spent_usd, task.spent_tokens)
+        return answer, task.status
