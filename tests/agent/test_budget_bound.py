@@ -36,7 +36,11 @@ def heavy(openai_server, settings):
     """The fake model answering each call after 1 s with 4,000 tokens; the workers' settings, priced as here."""
     settings.MODEL_PRICES = {name: {k: Decimal(v) for k, v in price.items()} for name, price in PRICES.items()}
     openai_server.usage, openai_server.latency = USAGE, 1.0
-    yield {**openai_server.worker_env, "MODEL_PRICES": json.dumps(PRICES), "WORKER_THREADS": str(THREADS)}
+    # the client waits longer than the answers take (the suite's 1 s timeout against a 1 s answer: on a loaded
+    # machine calls timed out, the endpoint counted as down, the calls of every thread waited for it with their
+    # reservations held, and the task stopped short of its budget)
+    yield {**openai_server.worker_env, "MODEL_PRICES": json.dumps(PRICES), "WORKER_THREADS": str(THREADS),
+           "OPENAI_TIMEOUT": "10"}
     openai_server.latency = 0.0
 
 
@@ -61,7 +65,9 @@ def test_many_threads_in_flight_stop_within_one_call_of_the_budget(heavy, openai
                                                                     alice):
     budget = Decimal("0.06")  # 15 calls' actual cost; each reserves about twice that
     task = make_task(32, budget=Budget(usd=budget))
-    workers.start(2, extra_env=heavy)
+    # and leases as deployed (the suite's 4 s could lapse on a starved machine: a lapsed lease's reservation stops
+    # counting, as a dead worker's does)
+    workers.start(2, extra_env={**heavy, "LEASE_SECONDS": "30"})
     wait_for(lambda: settled(task), timeout=180, interval=0.3, message=f"the task suspended\n{workers.logs()}")
     workers.stop_all()
 
