@@ -70,7 +70,7 @@ def test_every_option_of_the_command_states_its_default():
     assert {a.dest for a in options} == {"rounds", "items", "workers", "seed", "sandbox_keys", "channel", "faults",
                                          "crash_probability", "round_timeout", "latency_ms", "error_rate", "drop_rate",
                                          "fault_seconds", "gateway_share", "playbook", "rehearsals", "threads",
-                                         "operator", "read_faults"}
+                                         "operator", "read_faults", "sweep_in_workers"}
     for action in options:
         assert "default" in (action.help or ""), action.dest
     assert "(default: 5)" in parser.format_help() and "--broken-gate" not in parser.format_help()

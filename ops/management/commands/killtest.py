@@ -72,7 +72,7 @@ class Command(BaseCommand):
                                  "a connection closed unanswered, a stall, in turn; then no item may fail and no "
                                  "task be suspended (default: %(default)s)")
         parser.add_argument("--sweep-in-workers", action="store_true", help="no sweep process: the workers take "
-                            "turns at it, as deployed, and half the kills are aimed at its holder")
+                            "turns at it, as deployed, and half the kills aim at its holder (default: off)")
         parser.add_argument("--round-timeout", type=float, default=120.0,
                             help="seconds a round may take before it is checked as it stands "
                                  "(default: %(default)s)")
