@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -226,14 +227,16 @@ def child_settings(**values) -> dict[str, str]:
     return {"TEST_SETTINGS": json.dumps(values)}
 
 
-def wait_for(predicate, timeout: float = 30, interval: float = 0.2, message: str = "condition"):
+def wait_for(predicate, timeout: float = 30, interval: float = 0.2, message: str | Callable[[], str] = "condition"):
+    """`predicate()`'s first true value within `timeout` s; else AssertionError with `message` -- a callable is
+    called then, so that logs it quotes are the ones at the timeout, not at the start of the wait."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {message() if callable(message) else message}")
 
 
 # --------------------------------------------------------------------------- users

@@ -68,7 +68,7 @@ def test_many_threads_in_flight_stop_within_one_call_of_the_budget(heavy, openai
     # and leases as deployed (the suite's 4 s could lapse on a starved machine: a lapsed lease's reservation stops
     # counting, as a dead worker's does)
     workers.start(2, extra_env={**heavy, "LEASE_SECONDS": "30"})
-    wait_for(lambda: settled(task), timeout=180, interval=0.3, message=f"the task suspended\n{workers.logs()}")
+    wait_for(lambda: settled(task), timeout=180, interval=0.3, message=lambda: f"the task suspended\n{workers.logs()}")
     workers.stop_all()
 
     task.refresh_from_db()
@@ -105,7 +105,7 @@ def test_a_killed_workers_reservation_does_not_hold_the_budget(heavy, openai_ser
 
     openai_server.latency = 0.5
     workers.start(1, extra_env=heavy)  # its start's sweep takes the killed worker's items over
-    wait_for(lambda: settled(task), timeout=180, interval=0.3, message=f"the task suspended\n{workers.logs()}")
+    wait_for(lambda: settled(task), timeout=180, interval=0.3, message=lambda: f"the task suspended\n{workers.logs()}")
     task.refresh_from_db()
     assert task.status_reason == BUDGET_REACHED
     assert budget - most_bound_usd(openai_server) < task.spent_usd <= budget, "it could spend up to its budget"
@@ -114,7 +114,7 @@ def test_a_killed_workers_reservation_does_not_hold_the_budget(heavy, openai_ser
 
     task_resume(task_id=task.pk, actor="alice", budget=Budget(usd=Decimal("1")))
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=240, interval=0.3,
-             message=f"the task completed with a raised budget\n{workers.logs()}")
+             message=lambda: f"the task completed with a raised budget\n{workers.logs()}")
     workers.stop_all()
     assert sandbox.counts()["duplicates"] == 0
 

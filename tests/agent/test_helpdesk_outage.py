@@ -47,7 +47,7 @@ def test_a_helpdesk_answering_503_to_everything_makes_the_task_wait_and_go_on_by
     workers.start(2, extra_env=WAITING)
     workers.start_recovery()
     wait_for(lambda: task.items.filter(status=ItemStatus.DONE).count() >= 2, timeout=120, interval=0.2,
-             message=f"two items done before the outage\n{workers.logs()}")
+             message=lambda: f"two items done before the outage\n{workers.logs()}")
 
     sandbox.set_faults(error_rate={"*": 1.0}, read_error_rate=1.0, error_status=503)  # writes, look-ups, probes
     writes_before = sandbox.counts()["requests"]
@@ -55,7 +55,7 @@ def test_a_helpdesk_answering_503_to_everything_makes_the_task_wait_and_go_on_by
     client.force_login(alice)
     page = reverse("task-detail", args=[task.pk])
     wait_for(lambda: "Waiting for the helpdesk since" in client.get(page).content.decode(), timeout=30,
-             interval=0.5, message=f"the task page to show the wait\n{workers.logs()}")
+             interval=0.5, message=lambda: f"the task page to show the wait\n{workers.logs()}")
     time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - outage_began)))
     task.refresh_from_db()
     assert task.status == TaskStatus.RUNNING and task.consecutive_failures == 0, task.status_reason
@@ -70,7 +70,7 @@ def test_a_helpdesk_answering_503_to_everything_makes_the_task_wait_and_go_on_by
 
     sandbox.set_faults(error_rate={"*": 0}, read_error_rate=0, latency_ms=0)
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=240, interval=0.5,
-             message=f"the batch to finish by itself\n{workers.logs()}")
+             message=lambda: f"the batch to finish by itself\n{workers.logs()}")
     assert task.items.filter(status=ItemStatus.DONE).count() == 16
     no_failure(task)
     assert "Waiting for the helpdesk" not in client.get(page).content.decode()

@@ -59,10 +59,10 @@ def outage(openai_server, workers, sandbox, client, alice):
     openai_server.configure(mode="valid")
     recovered = time.monotonic()
     wait_for(lambda: task.items.filter(status=ItemStatus.DONE).count() == 16, timeout=240, interval=0.5,
-             message=f"the batch to finish by itself\n{workers.logs()}")
+             message=lambda: f"the batch to finish by itself\n{workers.logs()}")
     # the task closes once its last item's end has committed: a moment after the last item reads done
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=30,
-             message=f"the task to close after its last item\n{workers.logs()}")
+             message=lambda: f"the task to close after its last item\n{workers.logs()}")
     assert not Event.objects.filter(task=task, type__in=(EventType.ITEM_FAILED, EventType.SUSPENDED)).exists()
     assert "Waiting for the model API" not in client.get(page).content.decode()
 

@@ -60,7 +60,7 @@ def test_reconcile_now_before_the_settle_time_leaves_a_504_unknown_and_one_reply
         workers.start_recovery()  # its look-up, once the settle time has passed, finds the late write
         item = Item.objects.get(pk=int(effect.owner_item))
         wait_for(lambda: Item.objects.get(pk=item.pk).status == ItemStatus.DONE, timeout=120,
-                 message=f"the item to finish\n{workers.logs()}")
+                 message=lambda: f"the item to finish\n{workers.logs()}")
     finally:
         gateway.close()  # lets a late write still pending land first
     deliveries = sandbox.deliveries(key=effect.idempotency_key)

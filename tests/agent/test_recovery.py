@@ -21,8 +21,22 @@ def ledger_matches_sandbox(task, sandbox):
     delivered = {}
     for d in sandbox.deliveries():
         delivered[d["key"]] = delivered.get(d["key"], 0) + 1
-    assert set(delivered) == committed
+    assert set(delivered) == committed, _differences(task, set(delivered), committed)
     assert all(n == 1 for n in delivered.values()), delivered
+
+
+def _differences(task, delivered: set, committed: set) -> str:
+    """The effects behind the keys the helpdesk and the ledger disagree on, and what the ledger says of them."""
+    lines = []
+    for side, keys in (("delivered, not committed", delivered - committed),
+                       ("committed, not delivered", committed - delivered)):
+        for key in sorted(keys):
+            effect = Effect.objects.filter(idempotency_key=key).first()
+            lines.append(f"{side}: {key} " + (f"effect {effect.pk} {effect.action} of item {effect.owner_item} "
+                                             f"(task {effect.owner_task}): {effect.state}, attempts "
+                                             f"{effect.attempts}, {effect.last_error or effect.last_reconcile}"
+                                             if effect else "no effect in the ledger"))
+    return "\n".join(lines)
 
 
 def test_a_sigkilled_worker_s_item_completes_elsewhere(workers, sandbox):

@@ -52,7 +52,7 @@ def test_one_worker_sweeps_and_another_takes_over_when_it_is_killed_or_paused(wo
         workers.kill(others[second], signal.SIGCONT, horse=False)
     # the woken worker finds its session ended and does not sweep beside the third
     wait_for(lambda: "no longer sweeps" in others[second].tail(), timeout=60,
-             message=f"the woken worker noticing it no longer sweeps\n{others[second].tail()}")
+             message=lambda: f"the woken worker noticing it no longer sweeps\n{others[second].tail()}")
     assert _holder_pid() == third_worker.pid
     sandbox.set_faults(latency_ms=0)
     Task.objects.filter(pk=task.pk).update(status=TaskStatus.PAUSED)  # nothing more to do in this test

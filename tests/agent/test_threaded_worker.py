@@ -79,11 +79,11 @@ def test_a_killed_process_holding_many_items_has_each_taken_over(slow_model, wor
     workers.start(1, extra_env=env)
     workers.start_recovery()
     wait_for(lambda: task.items.filter(status=ItemStatus.DONE).count() == 12, timeout=120, interval=0.2,
-             message=f"the batch to finish after the kill\n{workers.logs()}")
+             message=lambda: f"the batch to finish after the kill\n{workers.logs()}")
     # The task closes once its last item's end has committed (the worker's on-commit step, or the sweep):
     # a moment after the last item reads done.
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=30, interval=0.2,
-             message=f"the task to close after its last item\n{workers.logs()}")
+             message=lambda: f"the task to close after its last item\n{workers.logs()}")
     taken_over = Item.objects.filter(pk__in=held, attempt__gt=1).count()
     assert taken_over >= 1, "the killed process's items were taken over by the sweep"
     assert sandbox.counts()["duplicates"] == 0, "no effect twice"

@@ -56,11 +56,11 @@ def test_a_killed_worker_restarted_at_once_under_its_name_runs_within_its_lease(
     env = {**slow_model.worker_env, "WORKER_THREADS": "2"}
     started = time.monotonic()
     [first] = workers.start(1, extra_env=env, args=("--name", NAME))
-    wait_for(lambda: _registered(redis_conn, first), timeout=90, message=f"the first worker\n{workers.logs()}")
+    wait_for(lambda: _registered(redis_conn, first), timeout=90, message=lambda: f"the first worker\n{workers.logs()}")
     startup = time.monotonic() - started  # this machine's time, now, from a worker's spawn to its registration
     workers.start_recovery()
     wait_for(lambda: task.items.filter(status=ItemStatus.RUNNING).exists(), timeout=60, interval=0.05,
-             message=f"an item in flight\n{workers.logs()}")
+             message=lambda: f"an item in flight\n{workers.logs()}")
     held = set(task.items.filter(status=ItemStatus.RUNNING).values_list("pk", flat=True))
     last_seen = float(_registration(redis_conn)["seen"])
     executions = redis_conn.smembers(EXECUTIONS)
@@ -73,7 +73,7 @@ def test_a_killed_worker_restarted_at_once_under_its_name_runs_within_its_lease(
     # for a noisy machine): rq alone refused the name for two minutes or more
     bound = lease + 5 + 2 * startup
     reg = wait_for(lambda: _registered(redis_conn, second), timeout=bound, interval=0.1,
-                   message=f"the restarted worker registered under {NAME} within {bound:.0f} s\n{workers.logs()}")
+                   message=lambda: f"the restarted worker registered under {NAME} within {bound:.0f} s\n{workers.logs()}")
     took = time.monotonic() - killed
     assert second.poll() is None, workers.logs()
     assert "took over the name from a dead worker" in workers.logs(), workers.logs()
@@ -85,7 +85,7 @@ def test_a_killed_worker_restarted_at_once_under_its_name_runs_within_its_lease(
 
     # it takes work, and the killed worker's items are taken over by the sweep, as after any kill
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=120, interval=0.2,
-             message=f"the task to finish after the restart\n{workers.logs()}")
+             message=lambda: f"the task to finish after the restart\n{workers.logs()}")
     assert int(_registration(redis_conn).get("successful_job_count", 0)) >= 1, _registration(redis_conn)
     assert _registration(redis_conn)["pid"] == str(second.pid)
     assert Item.objects.filter(pk__in=held, attempt__gt=1).exists(), "the killed worker's items were taken over"
@@ -98,11 +98,11 @@ def test_a_worker_started_under_the_name_of_a_live_one_waits_and_does_not_displa
     lease = settings.LEASE_SECONDS
     env = {**slow_model.worker_env}
     [first] = workers.start(1, extra_env=env, args=("--name", NAME))
-    wait_for(lambda: _registered(redis_conn, first), timeout=90, message=f"the first worker\n{workers.logs()}")
+    wait_for(lambda: _registered(redis_conn, first), timeout=90, message=lambda: f"the first worker\n{workers.logs()}")
     birth = _registration(redis_conn)["birth"]
     [second] = workers.start(1, extra_env=env, args=("--name", NAME))
     wait_for(lambda: "the name is held by a live worker" in workers.logs(), timeout=90,
-             message=f"the second worker saying it waits\n{workers.logs()}")
+             message=lambda: f"the second worker saying it waits\n{workers.logs()}")
     waiting = next(line for line in workers.logs().splitlines() if "the name is held by a live worker" in line)
     assert f"pid {first.pid}" in waiting and "counts as dead once silent for" in waiting, waiting
 
@@ -116,17 +116,17 @@ def test_a_worker_started_under_the_name_of_a_live_one_waits_and_does_not_displa
     assert second.poll() is None, f"the second worker waits, it does not exit\n{workers.logs()}"
     task = make_task(3)
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=90, interval=0.2,
-             message=f"the live worker to run a task\n{workers.logs()}")
+             message=lambda: f"the live worker to run a task\n{workers.logs()}")
     assert _registration(redis_conn)["pid"] == str(first.pid)
     assert "took over" not in workers.logs()
 
     # once the live one dies, the waiting one takes over
     workers.kill(first, signal.SIGKILL)
     wait_for(lambda: _registered(redis_conn, second), timeout=lease + 60, interval=0.1,
-             message=f"the waiting worker to take over once the first died\n{workers.logs()}")
+             message=lambda: f"the waiting worker to take over once the first died\n{workers.logs()}")
     last = make_task(2)
     wait_for(lambda: Task.objects.get(pk=last.pk).status == TaskStatus.COMPLETED, timeout=90, interval=0.2,
-             message=f"the worker that took over to run a task\n{workers.logs()}")
+             message=lambda: f"the worker that took over to run a task\n{workers.logs()}")
     assert sandbox.counts()["duplicates"] == 0
 
 
@@ -136,12 +136,12 @@ def test_a_paused_worker_whose_name_was_taken_over_stops_and_leaves_the_registra
     old one finds another worker's registration under its name: it stops, and does not unregister the newcomer."""
     lease = settings.LEASE_SECONDS
     [first] = workers.start(1, extra_env=slow_model.worker_env, args=("--name", NAME))
-    wait_for(lambda: _registered(redis_conn, first), timeout=90, message=f"the first worker\n{workers.logs()}")
+    wait_for(lambda: _registered(redis_conn, first), timeout=90, message=lambda: f"the first worker\n{workers.logs()}")
     first.signal(signal.SIGSTOP, descendants=False)
     try:
         [second] = workers.start(1, extra_env=slow_model.worker_env, args=("--name", NAME))
         wait_for(lambda: _registered(redis_conn, second), timeout=lease + 90, interval=0.1,
-                 message=f"the newcomer to take the paused worker's name over\n{workers.logs()}")
+                 message=lambda: f"the newcomer to take the paused worker's name over\n{workers.logs()}")
     finally:
         first.signal(signal.SIGCONT, descendants=False)
     assert first.wait(timeout=60) is not None, workers.logs()
@@ -149,5 +149,5 @@ def test_a_paused_worker_whose_name_was_taken_over_stops_and_leaves_the_registra
     assert _registered(redis_conn, second), (_registration(redis_conn), workers.logs())
     task = make_task(2)
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=90, interval=0.2,
-             message=f"the worker holding the name to run a task\n{workers.logs()}")
+             message=lambda: f"the worker holding the name to run a task\n{workers.logs()}")
     assert _registered(redis_conn, second)

@@ -52,7 +52,7 @@ def test_a_worker_of_another_helpdesk_takes_none_of_the_tasks_items_and_says_why
     # a worker with A's settings completes the items; B never received anything
     workers.start(1)
     wait_for(lambda: task.__class__.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=180,
-             message=f"the task to complete\n{workers.logs()}")
+             message=lambda: f"the task to complete\n{workers.logs()}")
     assert set(task.items.values_list("status", flat=True)) == {ItemStatus.DONE}
     assert sandbox.counts()["deliveries"] > 0
     assert other_sandbox.counts()["deliveries"] == 0, other_sandbox.deliveries()

@@ -115,7 +115,7 @@ def _run(workers, private_redis, check_seconds: str) -> tuple[bool, int]:
     try:
         channel = f"rq:pubsub:{name}"
         wait_for(lambda: direct.pubsub_numsub(channel)[0][1] == 1, timeout=60,
-                 message=f"the worker to subscribe\n{worker.tail()}")
+                 message=lambda: f"the worker to subscribe\n{worker.tail()}")
         time.sleep(3)  # a few probes of a healthy channel: none of them may find it deaf
         assert "stopped delivering" not in worker.tail(), worker.tail()
         assert relay.cut_pubsub() == 1

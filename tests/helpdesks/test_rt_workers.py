@@ -49,7 +49,15 @@ def crash_then_finish(workers, task: Task, windows: list[str], timeout: float = 
         assert worker.wait(timeout=timeout) == -signal.SIGKILL, workers.logs()
     workers.start(1)
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=timeout,
-             message=f"task to complete\n{workers.logs()}")
+             message=lambda: f"task to complete\n{workers.logs()}")
+
+
+def _states(task: Task) -> str:
+    """The task's items and open effects, for a message."""
+    items = ", ".join(f"{i.pk}: {i.status}" for i in task.items.order_by("pk"))
+    effects = "; ".join(f"{e.pk} {e.action} {e.state} ({e.last_reconcile or e.last_error})"[:200]
+                        for e in Effect.objects.filter(owner_task=str(task.pk)).exclude(state=EffectState.COMMITTED))
+    return f"items {items}\neffects not committed: {effects or 'none'}"
 
 
 def oracle_check(rt, task: Task) -> Report:
@@ -147,7 +155,7 @@ def test_rt_going_down_mid_task_makes_it_wait_and_it_finishes_by_itself(rt_worke
         time.sleep(3)  # longer than a read timeout: what was in flight has timed out
         stop_rt_process(rt, grace=0)
         wait_for(lambda: "Waiting for the helpdesk since" in client.get(page).content.decode(), timeout=60,
-                 interval=0.5, message=f"the task page to show the wait\n{rt_workers.logs()}")
+                 interval=0.5, message=lambda: f"the task page to show the wait\n{rt_workers.logs()}")
         time.sleep(10)  # down a while: nothing fails, nothing suspends
         task.refresh_from_db()
         assert task.status == TaskStatus.RUNNING and task.consecutive_failures == 0, task.status_reason
@@ -155,7 +163,7 @@ def test_rt_going_down_mid_task_makes_it_wait_and_it_finishes_by_itself(rt_worke
     finally:
         start_rt_process(rt)
     wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED, timeout=180,
-             message=f"the task to complete by itself\n{rt_workers.logs()}")
+             message=lambda: f"the task to complete by itself\n{_states(task)}\n{rt_workers.logs()}")
     assert not Event.objects.filter(task=task, type__in=(EventType.ITEM_FAILED, EventType.SUSPENDED)).exists()
     assert "Waiting for the helpdesk" not in client.get(page).content.decode()
     effects = Effect.objects.filter(owner_task=str(task.pk))
