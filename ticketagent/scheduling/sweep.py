@@ -1,21 +1,24 @@
 """One recovery sweep for the whole deployment, run by whichever process holds it.
 
 Every worker (`manage.py worker`, but for a burst) runs `sweep_while_held` in a thread of its own, and so
-does `manage.py recover --loop`: each tries every RECOVER_INTERVAL_SECONDS to take a PostgreSQL advisory
-lock (`SWEEP_LOCK`, session level) on its thread's own database session, and the one that holds it runs a
-pass (`recovery.recover_once`) on that session every interval, and counts the dashboard's numbers every
+does `manage.py recover --loop`: each keeps a session of its own for a PostgreSQL advisory lock
+(`SWEEP_LOCK`, session level), which a thread of its own tries to take every RECOVER_INTERVAL_SECONDS (and
+touches at least every tenth of a lease while it holds it); the process that holds it runs a pass
+(`recovery.recover_once`) every interval on another session, and counts the dashboard's numbers every
 HEALTH_CACHE_SECONDS; the Workers page marks it (`sweep_holder`). The lock lives exactly as long as its session:
 
 - the holder stops: the session is closed and the lock released at once;
 - it is killed: the kernel closes its socket and the server ends the session at once;
-- it is paused, or its host cut off while the session sits between passes: the session goes silent, and
-  the server ends it after `idle_session_timeout` (one lease, set on the session when it takes the lock;
-  PostgreSQL 14 and later), or when its keepalives give up (`db_sessions.lost_client_seconds`);
+- it is paused, or its host cut off: the session goes silent, and the server ends it after
+  `idle_session_timeout` (one lease, set on the session when it takes the lock; PostgreSQL 14 and later),
+  or when its keepalives give up (`db_sessions.lost_client_seconds`);
 
-and another process takes it at its next try: a lease and an interval after the holder went silent. A
-holder that wakes from a pause finds its session ended; its next statement fails and it tries to take
+and another process takes it at its next try: a lease and an interval after the holder went silent. A pass
+that waits on a slow helpdesk does not make the lock's session silent (it is not the passes' session). A
+holder that wakes from a pause finds the lock's session ended; its next statement fails and it tries to take
 the lock again like any other. Passes may overlap anyway (each part locks the rows it changes and skips
-those another session holds), so the lock keeps the deployment to one sweep; it guards no invariant.
+those another session holds: the woken holder's pass in flight ends beside the new holder's), so the lock
+keeps the deployment to one sweep; it guards no invariant.
 """
 
 import logging
@@ -66,11 +69,40 @@ def sweep_holder() -> str | None:
 
 
 def sweep_while_held(stop: threading.Event | Callable[[], bool], *, interval: float | None = None) -> None:
-    """Until `stop`: take the sweep when no one holds it, and sweep while this thread holds it."""
+    """Until `stop`: take the sweep when no one holds it, and sweep while this process holds it.
+
+    The lock is kept by a thread of its own (`_keep_lock`) on a session that does nothing else and says
+    something every tick, so the server finds it silent only when the whole process is (paused, cut off). The
+    passes run here, on this thread's session: a pass may wait on a slow helpdesk for as long as a look-up
+    takes (no transaction is open meanwhile) without the lock's session going silent -- were the lock on the
+    passes' session, the server would end it in the middle of every look-up slower than a lease, and the
+    look-up's answer would be lost with it."""
     interval = interval or settings.RECOVER_INTERVAL_SECONDS
     stopped = stop.is_set if isinstance(stop, threading.Event) else stop
     wait = stop.wait if isinstance(stop, threading.Event) else time.sleep
-    held, next_count = False, 0.0
+    held, done = threading.Event(), threading.Event()
+    tick = min(interval, settings.LEASE_SECONDS / 10)  # the lock's session is never silent for a lease
+    keeper = threading.Thread(target=_keep_lock, args=(held, lambda: done.is_set() or stopped(), done.wait, tick),
+                              name="sweep-lock", daemon=True)
+    keeper.start()
+    next_count = 0.0
+    with sweep_session():
+        try:
+            while not stopped():
+                if held.is_set():
+                    next_count = _pass(next_count)
+                else:
+                    connection.close()  # a process that does not sweep keeps no session for it
+                wait(interval)
+        finally:
+            done.set()
+            connection.close()
+            keeper.join(timeout=settings.DB_STATEMENT_TIMEOUT_SECONDS)  # the lock goes with its session, at once
+
+
+def _keep_lock(held: threading.Event, stopped: Callable[[], bool], wait: Callable[[float], object],
+               tick: float) -> None:
+    """Every `tick`, on this thread's own session: hold the sweep's lock, or try to take it; `held` says which."""
     with sweep_session():
         try:
             while not stopped():
@@ -81,14 +113,13 @@ def sweep_while_held(stop: threading.Event | Callable[[], bool], *, interval: fl
                     log.info("sweep: its database session is gone (%s)", str(exc).strip())
                     connection.close()
                     now_held = False
-                if now_held != held:
+                if now_held != held.is_set():
                     log.info("sweep: %s", "this process sweeps now" if now_held else "no longer sweeps")
-                held = now_held
-                if held:
-                    next_count = _pass(next_count)
-                wait(interval)
+                    held.set() if now_held else held.clear()
+                wait(tick)
         finally:
-            connection.close()  # the lock goes with the session, at once
+            held.clear()
+            connection.close()
 
 
 def _pass(next_count: float) -> float:
