@@ -2,12 +2,13 @@
 
     proxy = ModelProxy("http://127.0.0.1:8080").start()   # its own base_url ends in /v1
     proxy.drop = {"response_format"}                       # forward requests without these keys
+    proxy.set = {"temperature": 0}                         # ... and with these values
     proxy.forge = [message]                                # answer the next turn(s) with these messages
     proxy.exchanges                                        # [(request sent, status, response body)]
     proxy.stop()
 
 It forwards `POST /v1/chat/completions` unchanged, or without the keys in
-`drop`: that makes the real server behave like one that ignores structured
+`drop` (and with the values in `set`): dropping `response_format` makes the real server behave like one that ignores structured
 outputs (llama-cpp-python's server takes only its own `json_object` form), so
 the real model answers in free text. `forge` holds assistant messages (a
 malformed tool call, say) that replace the real answer's message, one per
@@ -41,7 +42,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         if self.path.rstrip("/") != "/v1/chat/completions":
             return self._answer(404, b'{"error": {"message": "not found"}}')
-        sent = {k: v for k, v in body.items() if k not in proxy.drop}
+        sent = {**{k: v for k, v in body.items() if k not in proxy.drop}, **proxy.set}
         request = urllib.request.Request(proxy.upstream + "/v1/chat/completions", data=json.dumps(sent).encode(),
                                          headers={"Content-Type": "application/json"}, method="POST")
         try:
@@ -73,6 +74,7 @@ class ModelProxy:
     def __init__(self, upstream: str):
         self.upstream = upstream.rstrip("/")
         self.drop: set[str] = set()
+        self.set: dict = {}
         self.forge: list[dict] = []
         self.exchanges: list[tuple[dict, int, object]] = []
         self.lock = threading.Lock()
