@@ -194,6 +194,7 @@ class SandboxHTTPHandler(http.server.BaseHTTPRequestHandler):
     # -- write endpoints -----------------------------------------------------
     def _handle_write(self, method: str, ticket: str, endpoint: str, raw: bytes) -> None:
         state = self.state
+        generation = state.generation
         latency = state.begin_request(endpoint)
         expected = ENDPOINT_METHODS[endpoint]
         if method != expected:
@@ -202,6 +203,10 @@ class SandboxHTTPHandler(http.server.BaseHTTPRequestHandler):
             return
         if latency > 0:
             time.sleep(latency)
+            if state.outdated(generation, f"http {endpoint} {ticket}"):
+                self._json(503, {"error": "the sandbox was reset while this request waited: nothing recorded"},
+                           {"Retry-After": "0"})
+                return
         error_status = state.take_error(endpoint)
         if error_status is not None:
             state.log(f"http {endpoint} {ticket}: injected error {error_status}")

@@ -53,9 +53,12 @@ class MailHandler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         state = self.state
+        generation = state.generation
         latency = state.begin_request("email")
         if latency > 0:
             await asyncio.sleep(latency)
+            if state.outdated(generation, "smtp email"):
+                return INJECTED_ERROR
         # aiosmtpd hands over the null reverse-path of ``MAIL FROM:<>`` as "<>".
         mail_from = "" if envelope.mail_from == "<>" else envelope.mail_from
         key, ticket, payload = parse_email(envelope.original_content or b"", mail_from, envelope.rcpt_tos)

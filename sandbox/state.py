@@ -56,6 +56,7 @@ class SandboxState:
         self.quiet = quiet
         self._lock = threading.Lock()
         self._stats = _default_stats()
+        self.generation = 0  # a reset begins a new one: a write that began before it is not recorded after it
 
     def log(self, message: str) -> None:
         log(self.quiet, message)
@@ -68,7 +69,10 @@ class SandboxState:
         return result
 
     def reset(self) -> None:
-        """Clear the deliveries, the faults and the request statistics."""
+        """Clear the deliveries, the faults and the request statistics. A write still waiting out its latency
+        (sent before the reset, by a test that has ended) is not recorded after it (`outdated`)."""
+        with self._lock:
+            self.generation += 1
         self.store.reset()
         self.faults.clear()
         with self._lock:
@@ -83,6 +87,13 @@ class SandboxState:
             by = self._stats["requests_by_endpoint"]
             by[endpoint] = by.get(endpoint, 0) + 1
         return self.faults.latency()
+
+    def outdated(self, generation: int, what: str) -> bool:
+        """The sandbox was reset since the write began (`generation`, read before its latency): not recorded."""
+        if generation == self.generation:
+            return False
+        self.log(f"{what}: began before a reset; not recorded")
+        return True
 
     def take_error(self, endpoint: str) -> int | None:
         """Status to answer with if an error fault fires (counted), else ``None``."""

@@ -333,6 +333,36 @@ def test_latency_is_applied_to_writes_only(sb):
     assert time.monotonic() - t0 < 0.25
 
 
+def test_a_write_waiting_out_its_latency_across_a_reset_is_not_recorded(sb):
+    """A test that ends with writes in flight (the helpdesk holding them) must not leave them to land in the
+    next test's sandbox: what began before a reset is answered 503 (SMTP: 451) and recorded nowhere."""
+    sb.client.set_faults(latency_ms=1500)
+    answers = {}
+
+    def write():
+        answers["http"] = draft(sb, key="before-reset")[0]
+
+    def mail():
+        try:
+            send_email(sb, make_email(key="mail-before-reset"))
+            answers["smtp"] = 250
+        except smtplib.SMTPResponseException as exc:
+            answers["smtp"] = exc.smtp_code
+
+    threads = [threading.Thread(target=write), threading.Thread(target=mail)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while sb.client.counts()["requests"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sb.client.reset()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert answers == {"http": 503, "smtp": 451}
+    assert sb.client.deliveries() == []
+    assert draft(sb, key="after-reset")[0] == 201  # the latency fault went with the reset; writes land again
+
+
 def test_read_faults_answer_an_error_drop_or_stall_the_next_reads_in_turn(sb):
     assert draft(sb, key="rk")[0] == 201
     faults = sb.client.set_faults(read_error_next=1, read_drop_next=1, read_stall_next=1)
