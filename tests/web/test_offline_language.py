@@ -19,7 +19,10 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 @pytest.mark.parametrize(("text", "language"), [
     ("Where is my order?", "en"), ("Password reset\nHello, I cannot log in.", "en"), ("Refund please", "en"),
     ("Где мой заказ?\nЗдравствуйте, я жду заказ уже две недели.", "ru"), ("Wo ist meine Bestellung?", "de"),
-    ("Де моє замовлення? Її досі немає.", "uk")])
+    ("Де моє замовлення? Її досі немає.", "uk"),
+    # a reference's letters are no words: "8e0a76" once gave Portuguese its "e" and "a", and an English reply was held
+    ("Question 1 (8e0a76)\nTracking for order 1 has not moved in a week.", "en"),
+    ("Order A1E2 (ref 9a0e3a-e)\nWhere is my parcel? It has not arrived.", "en")])
 def test_a_short_tickets_language(text, language):
     assert language_detect(text, min_words=1) == language
 

@@ -188,7 +188,8 @@ def language_detect(text: str, *, min_words: int = 4) -> str:
     by_script = _script_language(letters)
     if by_script:
         return by_script
-    words = re.findall(r"[^\W\d_]+", text.casefold())
+    # whole words only: the letters inside "8e0a76" or "A1B2" (an order number, a reference) are no "e" or "a"
+    words = [w for w in re.findall(r"\w+", text.casefold()) if w.isalpha()]
     scores = sorted(((sum(1 for w in words if w in vocab), lang) for lang, vocab in _WORDS.items()), reverse=True)
     (best, lang), (second, _) = scores[0], scores[1]
     if min_words >= 4:
