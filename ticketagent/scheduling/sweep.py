@@ -115,7 +115,10 @@ def _keep_lock(held: threading.Event, stopped: Callable[[], bool], wait: Callabl
                     now_held = False
                 if now_held != held.is_set():
                     log.info("sweep: %s", "this process sweeps now" if now_held else "no longer sweeps")
-                    held.set() if now_held else held.clear()
+                    if now_held:
+                        held.set()
+                    else:
+                        held.clear()
                 wait(tick)
         finally:
             held.clear()
