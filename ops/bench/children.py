@@ -1,4 +1,5 @@
-"""The processes a benchmark run starts: our workers and the DBOS peer's, the sweep, the sandbox, the model server.
+"""The processes a benchmark run starts: our workers (which take turns at the sweep, as deployed) and the DBOS
+peer's, the sandbox, the model server.
 
 A thin layer over ops.processes: every one of them is a child of one
 `Processes`, marked, logged under the run's directory, and `stop()` leaves
@@ -17,7 +18,7 @@ from pathlib import Path
 from ops.processes import Child, Processes
 from ops.sandbox_child import start_sandbox
 
-WORKER = [sys.executable, "manage.py", "worker", "--no-sweep"]  # beside `recover --loop`, as before the workers swept
+WORKER = [sys.executable, "manage.py", "worker"]  # as deployed: one of them holds the recovery sweep at a time
 
 # Workers, ours and the peer's, run as deployed (docs/deploy.md): DEBUG off, so no
 # query log is kept and every statement goes through the plain cursor.
@@ -98,10 +99,6 @@ class BenchProcesses:
         self.workers = [c for c in self.workers if c not in children]
 
     # other processes -------------------------------------------------------
-    def start_recovery(self, extra_env: dict | None = None) -> Child:
-        return self.procs.start("recover", [sys.executable, "manage.py", "recover", "--loop"],
-                                env=deployed(extra_env))
-
     def start_model_server(self, latency: float, *, rpm: int = 0, spread: float = 0.0) -> tuple[Child, str]:
         """The fake model as a process of its own (ops.fake_model; `rpm`: 429s past that many requests a
         minute; `spread`: each answer's latency drawn from latency x (1 ± spread)); returns it and its base URL."""

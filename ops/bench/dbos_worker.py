@@ -75,7 +75,7 @@ def define_workflow():
     @DBOS.step(name="helpdesk", retries_allowed=True, max_attempts=HELPDESK_ATTEMPTS, interval_seconds=0.1,
                backoff_rate=2.0)
     def helpdesk_step(step: str, payload: dict, key: str) -> dict:
-        result = channel.perform(action_spec(step), payload, key, CallDeadline.within(channel.max_call_seconds))
+        result = channel.perform(action_spec(step), payload, key, CallDeadline.within(channel.max_call_seconds + 1.0))
         if result.state != EffectState.COMMITTED:
             raise HelpdeskCallFailed(f"{step}: {result.state}: {result.error}")
         return {"step": step, "ref": result.external_ref}

@@ -1,6 +1,6 @@
 """Figure 9: fair queues — a small task behind a big one, and cancelling the big one.
 
-W workers, the recovery sweep and a model server answering each item in 1 s
+W workers (one of them holding the recovery sweep, as deployed) and a model server answering each item in 1 s
 in all (⅓ s a call), as deployed:
 
 1. a `fair_small`-ticket task uploaded alone (`task_upload`, the upload
@@ -47,7 +47,6 @@ def run(bench: Bench) -> None:
     env = {"OPENAI_API_KEY": "bench-key", "OPENAI_BASE_URL": base_url, "OPENAI_MAX_RETRIES": "0",
            "OPENAI_TIMEOUT": "30"}
     workers = bench.procs.start_workers(w, env)
-    sweep = bench.procs.start_recovery(env)
     try:
         bench.procs.wait_workers_ready(workers)
         raw = bench.results.raw.setdefault("fairness", {"workers": w, "big": s.fair_big, "small": s.fair_small})
@@ -60,7 +59,6 @@ def run(bench: Bench) -> None:
         _record(bench, raw)
     finally:
         bench.procs.stop_workers(workers)
-        bench.procs.stop_other(sweep)
         bench.procs.stop_other(server)
         bench.flush_redis()
 

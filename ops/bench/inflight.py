@@ -119,7 +119,7 @@ def steady_rate(times: list[tuple[float, float]], in_flight: int) -> float | Non
     return busy / (sum(end - start for start, end in times) / len(times))
 
 
-def _times_ours(task_id: int) -> list[tuple[float, float]]:
+def times_ours(task_id: int) -> list[tuple[float, float]]:
     """Each item's (start, end): its last ITEM_STARTED and its ITEM_DONE."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT extract(epoch FROM max(timestamp) FILTER (WHERE type = 'ITEM_STARTED')), "
@@ -158,7 +158,7 @@ def _row(bench: Bench, side: str, in_flight: int, n: int, seconds: float, rss_mb
                       "≥ 0.85× ideal (queue full)", valid and steady is not None and steady / ideal >= 0.85)
 
 
-def _calls_made(bench: Bench, base_url: str, before: dict, ended: int, side: str) -> bool:
+def calls_made(bench: Bench, base_url: str, before: dict, ended: int, side: str) -> bool:
     """Whether the model answered three calls for each item that ended (a side that skipped its calls -- a
     replayed run, an offline model -- is no measure of the model's speed); if not, a note says so."""
     calls = bench.procs.model_calls(base_url)["completions"] - before["completions"]
@@ -193,12 +193,12 @@ def _ours(bench: Bench, env: dict, base_url: str, *, processes: int, threads: in
     valid = outcome.get("done", 0) == n
     if not valid:
         bench.results.notes.append(f"in flight, {processes}x{threads}: items ended {outcome} (logs: {bench.workdir})")
-    valid = _calls_made(bench, base_url, before, outcome.get("done", 0), f"{processes}x{threads}") and valid
+    valid = calls_made(bench, base_url, before, outcome.get("done", 0), f"{processes}x{threads}") and valid
     side = (f"ours, 1 process × WORKER_THREADS={threads}" if processes == 1
             else f"ours, {processes} processes × 1 item (today's workers)" if threads == 1
             else f"ours, {processes} processes × WORKER_THREADS={threads}")
     _row(bench, side, in_flight, n, end - t0, sum(sampler.peak_rss.values()) / 2**20, valid, cpu,
-         steady_rate(_times_ours(task.pk), in_flight), processes)
+         steady_rate(times_ours(task.pk), in_flight), processes)
 
 
 def _peer(bench: Bench, peer: DbosPeer, env: dict, base_url: str, threads: int) -> None:
@@ -223,6 +223,6 @@ def _peer(bench: Bench, peer: DbosPeer, env: dict, base_url: str, threads: int) 
     valid = done.statuses.get("SUCCESS", 0) == n
     if not valid:
         bench.results.notes.append(f"in flight, DBOS {threads}: workflows ended {done.statuses}")
-    valid = _calls_made(bench, base_url, before, done.statuses.get("SUCCESS", 0), f"DBOS {threads}") and valid
+    valid = calls_made(bench, base_url, before, done.statuses.get("SUCCESS", 0), f"DBOS {threads}") and valid
     _row(bench, f"DBOS Transact, 1 process × {threads} workflows", threads, n, done.ended - done.submitted,
          sum(sampler.peak_rss.values()) / 2**20, valid, cpu, steady_rate(peer.times(done), threads))

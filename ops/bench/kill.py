@@ -21,15 +21,15 @@ if TYPE_CHECKING:
 
 def run(bench: Bench) -> None:
     s = bench.sizes
-    bench.log(f"== 5 SIGKILL mid-item -> running again: {s.kill_rounds} round(s), 2 workers + recover --loop, "
-              f"LEASE_SECONDS={settings.LEASE_SECONDS:g}, HEARTBEAT_SECONDS={settings.HEARTBEAT_SECONDS:g}, "
+    bench.log(f"== 5 SIGKILL mid-item -> running again: {s.kill_rounds} round(s), 2 workers (the sweep in "
+              f"one of them), LEASE_SECONDS={settings.LEASE_SECONDS:g}, "
+              f"HEARTBEAT_SECONDS={settings.HEARTBEAT_SECONDS:g}, "
               f"RECOVER_INTERVAL_SECONDS={settings.RECOVER_INTERVAL_SECONDS:g}")
     server, base_url = bench.procs.start_model_server(max(s.model_latency, 0.5))
     model_env = {"OPENAI_API_KEY": "bench-key", "OPENAI_BASE_URL": base_url, "OPENAI_MAX_RETRIES": "0",
                  "OPENAI_TIMEOUT": "30"}
     restart, takeover = [], []
     workers = bench.procs.start_workers(2, model_env)
-    recovery = bench.procs.start_recovery()
     try:
         bench.procs.wait_workers_ready(workers)
         for round_no in range(1, s.kill_rounds + 1):
@@ -40,7 +40,6 @@ def run(bench: Bench) -> None:
             bench.procs.wait_workers_ready(workers)
     finally:
         bench.procs.stop_workers(workers)
-        bench.procs.stop_other(recovery)
         bench.procs.stop_other(server)
     bench.results.raw["kill"] = {"restart_s": restart, "takeover_s": takeover}
     worst = max(restart)

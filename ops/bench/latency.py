@@ -31,25 +31,32 @@ class RssSampler(threading.Thread):
         self.peak_horse: dict[int, int] = {}
 
     def run(self):
-        while not self.stopped.wait(self.interval):
-            for proc in self.procs:
-                try:
-                    parent = psutil.Process(proc.pid)
-                    tree = [parent, *parent.children(recursive=True)]
-                    rss = [p.memory_info().rss for p in tree]
-                    pss = sum(getattr(p.memory_full_info(), "pss", 0) for p in tree)
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
-                pid = proc.pid
-                self.peak_rss[pid] = max(self.peak_rss.get(pid, 0), sum(rss))
-                self.peak_pss[pid] = max(self.peak_pss.get(pid, 0), pss)
-                self.peak_parent[pid] = max(self.peak_parent.get(pid, 0), rss[0])
-                if len(rss) > 1:
-                    self.peak_horse[pid] = max(self.peak_horse.get(pid, 0), max(rss[1:]))
+        while True:
+            self.sample()
+            if self.stopped.wait(self.interval):
+                return
+
+    def sample(self):
+        for proc in self.procs:
+            try:
+                parent = psutil.Process(proc.pid)
+                tree = [parent, *parent.children(recursive=True)]
+                rss = [p.memory_info().rss for p in tree]
+                pss = sum(getattr(p.memory_full_info(), "pss", 0) for p in tree)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            pid = proc.pid
+            self.peak_rss[pid] = max(self.peak_rss.get(pid, 0), sum(rss))
+            self.peak_pss[pid] = max(self.peak_pss.get(pid, 0), pss)
+            self.peak_parent[pid] = max(self.peak_parent.get(pid, 0), rss[0])
+            if len(rss) > 1:
+                self.peak_horse[pid] = max(self.peak_horse.get(pid, 0), max(rss[1:]))
 
     def stop(self):
+        """Stops sampling, after a last sample (a run shorter than the interval has one at its start and end)."""
         self.stopped.set()
         self.join(timeout=5)
+        self.sample()
 
     def peaks_mb(self) -> tuple[float, float, float, float]:
         """The worst worker's peak RSS, PSS, parent RSS and work-horse RSS, in MB."""

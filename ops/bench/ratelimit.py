@@ -30,14 +30,12 @@ def run(bench: Bench) -> None:
     env = {"OPENAI_API_KEY": "bench-key", "OPENAI_BASE_URL": base_url, "WORKER_THREADS": str(threads)}
     try:
         procs = bench.procs.start_workers(1, env)
-        sweep = bench.procs.start_recovery(env)  # as deployed: an item of a worker that dies is taken over
         bench.procs.wait_workers_ready(procs)
         t0 = time.time()
         task = task_create(rows=ticket_rows(n, "RL", bench.rng), name=f"bench rate limit {rpm}/min",
                            allow_auto_close=True, failure_threshold=n + 1)
         end = wait_task_ended(task.pk, n, timeout=bound * 2 + 120)
         bench.procs.stop_workers(procs)
-        bench.procs.stop_other(sweep)
         counts = bench.procs.model_calls(base_url)
     finally:
         bench.procs.stop_other(server)

@@ -23,6 +23,8 @@ Sections (names for `--only`), one module each:
     inflight   items in flight per process: 1 process x WORKER_THREADS 50/100/200, today's 8/16 processes,
                DBOS at the same concurrency, against a model at 2 s per call (items/s vs C / 6 s, RSS)
     ratelimit  1,000 tickets against a model allowing 600 requests a minute: time vs the limit's bound, 429s
+    fleet      the whole fleet (one worker, the sweep inside) vs one DBOS process at 8 and 100 in flight, model
+               0.5 s a call: RSS and PSS, items/s and CPU an item; one process at 100 with 2 s a call vs ideal
 
 The runner uses the configured database and Redis as they are: the command
 (`ops/management/commands/bench.py`) is what points them at a dedicated
@@ -46,6 +48,7 @@ from ops.bench import (
     dataset,
     dryrun,
     fairness,
+    fleet,
     gate,
     inflight,
     kill,
@@ -66,12 +69,13 @@ from ops.bench.sizes import Sizes
 from ops.processes import database_url
 
 SECTIONS = ("overhead", "gate", "latency", "kill", "dashboard", "dryrun", "replay", "peer", "writes", "upload",
-            "fairness", "unknowns", "window", "inflight", "ratelimit")
+            "fairness", "unknowns", "window", "inflight", "ratelimit", "fleet")
 DATASET_SECTIONS = ("dashboard", "dryrun", "replay")
 RUN = {"overhead": overhead.run, "gate": gate.run, "latency": latency.run, "kill": kill.run,
        "dashboard": dashboard.run, "dryrun": dryrun.run, "replay": replay.run, "peer": peer.run,
        "writes": writes.run, "upload": upload.run, "fairness": fairness.run, "unknowns": unknowns.run,
-       "window": window.run, "inflight": inflight.run, "ratelimit": ratelimit.run}
+       "window": window.run, "inflight": inflight.run, "ratelimit": ratelimit.run,
+       "fleet": fleet.run}
 
 
 def product_settings() -> str:
@@ -120,7 +124,7 @@ class Bench:
             else:
                 dataset.clear_runs()
             if {"overhead", "latency", "kill", "peer", "writes", "upload", "fairness", "inflight",
-                 "ratelimit"} & set(self.only):
+                 "ratelimit", "fleet"} & set(self.only):
                 self._start_sandbox()
             for section in self.only:
                 dataset.analyze()  # each section on vacuumed tables, whatever the earlier ones left dead

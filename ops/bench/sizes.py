@@ -48,6 +48,11 @@ class Sizes:
     ratelimit_rpm: int = 600
     ratelimit_threads: int = 50
     ratelimit_call_seconds: float = 0.3
+    fleet_in_flight: tuple[int, ...] = (8, 100)  # one worker process (the sweep inside) vs one DBOS process
+    fleet_call_seconds: float = 0.5
+    fleet_slow_call_seconds: float = 2.0  # one process at the largest in-flight count, against ideal
+    fleet_repeats: int = 3  # runs a side, alternating; items/s the median, memory the peak
+    fleet_rounds: int = 5  # tickets per run: rounds x items in flight
 
 
 QUICK = Sizes("quick")
@@ -63,7 +68,8 @@ TINY = Sizes("tiny", overhead_items=4, overhead_workers=(1,), gate_ops=10, laten
              fair_small=2, fair_workers=1, fair_wait=10.0, faults_items=6, faults_workers=1,
              inflight_call_seconds=0.05, inflight_threads=(3,), inflight_processes=(2,), inflight_split=((2, 2),),
              inflight_peer=(3,), inflight_rounds=1, ratelimit_items=4, ratelimit_rpm=6000, ratelimit_threads=2,
-             ratelimit_call_seconds=0.05)
+             ratelimit_call_seconds=0.05, fleet_in_flight=(2,), fleet_call_seconds=0.05,
+             fleet_slow_call_seconds=0.05, fleet_repeats=1, fleet_rounds=1)
 SIZES = {s.name: s for s in (QUICK, FULL, TINY)}
 
 

@@ -4,8 +4,8 @@ A sandbox of its own, started with `--ignore-keys` (every request that gets
 through is recorded, whatever its key) and faults on every write endpoint:
 `error_rate` 10% (503 before anything is recorded: since a 5xx proves nothing, an unanswered call) and
 `drop_rate` 10% (recorded, then the connection reset before any answer: an
-unanswered call). The same tickets go through ours (W workers and the
-recovery sweep, which reconciles) and through the DBOS peer (W workers,
+unanswered call). The same tickets go through ours (W workers, one of
+them holding the recovery sweep, which reconciles) and through the DBOS peer (W workers,
 which retry a failed step).
 
 * **Unknown → settled**, ours: every episode of an effect in `unknown`, from
@@ -73,7 +73,6 @@ def run(bench: Bench) -> None:
 
 def _ours(bench: Bench, env: dict, n: int, w: int, raw: dict) -> int:
     workers = bench.procs.start_workers(w, env)
-    sweep = bench.procs.start_recovery(env)
     try:
         bench.procs.wait_workers_ready(workers)
         task = task_create(rows=ticket_rows(n, "UK", bench.rng), name="bench unknowns", allow_auto_close=True,
@@ -86,7 +85,6 @@ def _ours(bench: Bench, env: dict, n: int, w: int, raw: dict) -> int:
             time.sleep(0.25)
     finally:
         bench.procs.stop_workers(workers)
-        bench.procs.stop_other(sweep)
     raw["ours"] = task_outcome(task.pk)
     bench.log(f"  ours: items {raw['ours']}")
     return task.pk

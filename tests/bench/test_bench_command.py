@@ -72,7 +72,7 @@ def test_the_doc_keeps_its_prose_and_replaces_the_table(tmp_path):
 @pytest.mark.slow
 def test_peer_and_queue_sections_run_and_leave_nothing_behind(settings, tmp_path, sandbox, queue):
     """The sections of the DBOS peer, writes per item, upload, fair queues,
-    unknowns, the remaining window, items in flight and the rate limit, with tiny sizes: their rows come out, nothing keeps running,
+    unknowns, the remaining window, items in flight, the rate limit and the fleet, with tiny sizes: their rows come out, nothing keeps running,
     and the databases carry no statement logging afterwards."""
     import psutil
     import psycopg
@@ -86,7 +86,7 @@ def test_peer_and_queue_sections_run_and_leave_nothing_behind(settings, tmp_path
     out = io.StringIO()
     try:
         call_command("bench", "--in-place", "--sizes", "tiny", "--only",
-                     "peer,writes,upload,fairness,unknowns,window,inflight,ratelimit", "--no-write", stdout=out)
+                     "peer,writes,upload,fairness,unknowns,window,inflight,ratelimit,fleet", "--no-write", stdout=out)
     finally:
         with admin_connection(database_url()) as admin:
             settings_left = admin.execute("SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON "
@@ -100,8 +100,12 @@ def test_peer_and_queue_sections_run_and_leave_nothing_behind(settings, tmp_path
                    "unknown → settled, answered", "effects delivered twice, ours vs DBOS",
                    "Last lease check → request leaves", "1 process × WORKER_THREADS=3: 3 in flight",
                    "2 processes × 1 item (today's workers)", "DBOS Transact, 1 process × 3 workflows",
-                   "model API at 6000 requests/min (429 past it)"):
+                   "model API at 6000 requests/min (429 past it)", "fleet at 2 in flight, every process a side needs",
+                   "items/s at 2 in flight", "one worker at 2 in flight, peak RSS",
+                   "one worker process at 2 in flight, model 0.05 s/call"):
         assert figure in text, text
+    # a row is INVALID when a side's items or workflows did not all end done (the peer's helpdesk step failing, say)
+    assert "INVALID" not in text, text
     assert settings_left == 0
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not left, f"processes left running: {left}"

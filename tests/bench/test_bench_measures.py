@@ -55,13 +55,13 @@ def test_the_fake_models_spread_keeps_the_mean_and_its_bounds():
 def test_a_side_that_did_not_call_the_model_is_not_a_measure_of_its_speed():
     from types import SimpleNamespace
 
-    from ops.bench.inflight import _calls_made
+    from ops.bench.inflight import calls_made
 
     answered = {"completions": 100}
     bench = SimpleNamespace(procs=SimpleNamespace(model_calls=lambda url: answered), results=SimpleNamespace(notes=[]))
-    assert _calls_made(bench, "http://model/v1", {"completions": 40}, 20, "ours")  # 60 calls for 20 items
+    assert calls_made(bench, "http://model/v1", {"completions": 40}, 20, "ours")  # 60 calls for 20 items
     assert bench.results.notes == []
     # 250 workflows "done" with no call made: replayed from an earlier run's records
-    assert not _calls_made(bench, "http://model/v1", {"completions": 100}, 250, "DBOS 50")
+    assert not calls_made(bench, "http://model/v1", {"completions": 100}, 250, "DBOS 50")
     assert bench.results.notes == ["in flight, DBOS 50: 250 items ended after 0 model calls, not 750: not a "
                                    "measure of the model's speed"]
