@@ -8,6 +8,7 @@ listed steps the decision did not choose.
 """
 
 import datetime as dt
+from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
@@ -36,8 +37,11 @@ def _decide(item, actions, held=None, cursor="save_draft"):
 
 
 @pytest.mark.parametrize("width", [1280, 390])
-def test_numbers_agree_say_their_window_and_states_read_as_words(page, live_server, queue, alice, width):
+def test_numbers_agree_say_their_window_and_states_read_as_words(page, live_server, queue, alice, width,
+                                                                 monkeypatch):
     now = timezone.now()
+    # the pages' clock held at `now`: the windows below are read against it, not against a loaded machine's delays
+    monkeypatch.setattr("ticketagent.web.selectors.timezone", SimpleNamespace(now=lambda: now))
     # a running task: 40 items ended one every 3 s, then the model API was down 20 minutes, then 10 more ended
     running = make_task(100, name="After an outage")
     start = now - dt.timedelta(seconds=120 + 1200 + 30)

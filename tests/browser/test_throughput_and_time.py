@@ -51,10 +51,13 @@ def test_throughput_counts_running_time_and_the_eta_is_not_a_burst(page, live_se
 
 @pytest.mark.parametrize("width", [1400, 390])
 def test_suspended_time_is_not_running_time_and_an_eta_without_grounds_is_a_dash(page, live_server, queue, alice,
-                                                                                 width):
+                                                                                 width, monkeypatch):
     """Before: "1.0 items/min overall" for a task that ran 4 s and sat suspended 20 minutes, and "ETA 2 s" from
     two items that ended within a second of a status change."""
     now = timezone.now()
+    # the clock held at `now`, as above: on the wall clock "just started" would have run 10 s, long enough for a
+    # rate, by the time a loaded machine had logged in and rendered two pages
+    monkeypatch.setattr("ticketagent.web.selectors.timezone", SimpleNamespace(now=lambda: now))
     task = make_task(21, name="Ran 4 s, suspended 20 min")
     start = now - dt.timedelta(seconds=1205)
     Item.objects.filter(task=task).update(status=ItemStatus.DONE, finished_at=start + dt.timedelta(seconds=4))
