@@ -61,9 +61,12 @@ class Report:
     def _sweep_line(self) -> str:
         if not self.sweep_in_workers:
             return "a process of its own (recover --loop)"
-        times = self.sweep_takeovers
+        times = sorted(self.sweep_takeovers)
+        if not times:
+            return f"in the workers; its holder killed {len(times)} time(s), taken over after -"
         return (f"in the workers; its holder killed {len(times)} time(s), taken over after "
-                + (f"{min(times):.1f}-{max(times):.1f} s" if times else "-"))
+                f"{times[0]:.1f}-{times[-1]:.1f} s (median {times[len(times) // 2]:.1f} s; the longest: "
+                f"{', '.join(f'{t:.1f}' for t in times[-5:][::-1])} s)")
 
     def table(self) -> str:
         kills = ", ".join(f"{w} {self.kills[w]}" for w in (*WINDOWS, "wall-clock")) or "none"
