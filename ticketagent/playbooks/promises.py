@@ -10,6 +10,7 @@ articles say word for word is the playbook speaking, not the model: it is
 not read.
 """
 
+import functools
 import re
 
 _WEEKDAYS = ("monday|tuesday|wednesday|thursday|friday|saturday|sunday|montag|dienstag|mittwoch|donnerstag|freitag|"
@@ -35,6 +36,7 @@ _SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
 _QUOTATION = re.compile(r"\"[^\"\n]+\"|“[^”\n]+”|„[^“”\n]+[“”]|«[^»\n]+»|「[^」\n]+」")
 
 
+@functools.lru_cache(maxsize=1024)  # a playbook's phrases are few and every reply of every item checks them all
 def phrase_pattern(phrase: str) -> re.Pattern:
     """A phrase of the playbook as a pattern: words on word boundaries, `*` up to three words, `{date}` a day."""
     parts = []
