@@ -105,6 +105,21 @@ class TestAFailedSlot:
         assert (again.called, again.blocked) == (False, "conflict")
         assert sandbox.counts()["by_endpoint"]["notify"] == 1
 
+    def test_each_new_payload_counts_its_attempt(self, sandbox, lookups):
+        """Two payloads refused in turn, then a third that goes out: the notes count the attempts 2 and 3."""
+        from tests.gate_run import effect_run
+
+        sandbox.set_faults(error_next={"notify": 2}, error_status=422)
+        first = effect_run(action="notify_customer", payload=NOTIFY, owner_task="t1", owner_item="i1",
+                           owner_step="notify_customer", claim_token="worker-a", authorized_by="").effect
+        assert first.state == EffectState.FAILED
+        assert run_notify(REGENERATED, claim_token="worker-b").state == EffectState.FAILED
+        third = {**NOTIFY, "body": {**NOTIFY["body"], "body": "A third draft."}}
+        assert run_notify(third, claim_token="worker-c").state == EffectState.COMMITTED
+        notes = list(Effect.objects.get().transitions.filter(event="EFFECT_RETRY").values_list("note", flat=True))
+        assert [n.split(" with ")[0] for n in notes] == ["attempt 2", "attempt 3"], notes
+        assert sandbox.counts()["by_endpoint"]["notify"] == 1
+
     @pytest.mark.parametrize("state", [EffectState.UNKNOWN, EffectState.SKIPPED])
     def test_that_may_have_happened_still_blocks_another_payload(self, sandbox, state):
         first = run_notify().effect
