@@ -24,7 +24,9 @@ class WorkerPool:
 
     With `sweep_in_workers` there is no sweep process: the workers take turns at it (as deployed), and every
     other kill is aimed at the one that holds it; `takeovers` are the seconds from that kill until another
-    worker held the sweep."""
+    worker held the sweep, and `takeovers_ready` the seconds from when another worker could take it (alive, its
+    rq worker listening -- the sweep's thread starts with it -- and not paused or stalled by a fault) until one
+    did: a kill rate faster than a worker's start can leave none that could."""
 
     def __init__(self, procs: Processes, *, workers: int, rng: random.Random, crash_probability: float,
                  worker_command: list[str], proxied: bool = False, threads: int = 1,
@@ -43,7 +45,10 @@ class WorkerPool:
         self.modes: Counter = Counter()
         self.sweep_in_workers = sweep_in_workers
         self.takeovers: list[float] = []
+        self.takeovers_ready: list[float] = []
         self._holder_killed: tuple[int, float] | None = None  # (pid, when) of a sweep holder just killed
+        self._ready_since: float | None = None  # since when another worker could take the sweep
+        self._listening: set[Child] = set()  # workers whose log says their rq worker listens
 
     def start_worker(self) -> Child:
         window = self.rng.choice(WINDOWS)
@@ -64,6 +69,7 @@ class WorkerPool:
     def _gone(self, child: Child) -> None:
         """A worker that will not run again: its proxy closes (connections cut by it die now)."""
         self.spared.discard(child)
+        self._listening.discard(child)
         proxy = self.proxies.pop(child, None)
         if proxy is not None:
             proxy.close()
@@ -84,6 +90,7 @@ class WorkerPool:
         if holder is not None and self._holder_killed is None:
             i = holder
             self._holder_killed = (self.workers[i].pid, time.monotonic())
+            self._ready_since = time.monotonic() if self._another_ready() else None
         self.procs.kill(self.workers[i])
         self._gone(self.workers[i])
         self.wall_kills += 1
@@ -102,12 +109,30 @@ class WorkerPool:
             return None
         return int(holder.rsplit(":", 1)[1]) if holder else None
 
+    def _another_ready(self) -> bool:
+        """Whether a worker other than the killed holder could take the sweep now: alive, not paused or stalled by
+        a fault (`spared`), and its rq worker listening (its log says so; the sweep's thread starts with it)."""
+        for child in self.workers:
+            if child.pid == self._holder_killed[0] or child in self.spared or child.poll() is not None:
+                continue
+            if child not in self._listening and child.log_path is not None and child.log_path.exists() \
+                    and "*** Listening on" in child.log_path.read_text(errors="replace"):
+                self._listening.add(child)
+            if child in self._listening:
+                return True
+        return False
+
     def _note_takeover(self) -> None:
-        """After a kill of the sweep's holder: the seconds until another worker holds it."""
+        """After a kill of the sweep's holder: the seconds until another worker holds it, from the kill and from
+        when one could."""
+        now = time.monotonic()
+        if self._ready_since is None and self._another_ready():
+            self._ready_since = now
         pid = self._holder_pid()
         if pid is not None and pid != self._holder_killed[0]:
-            self.takeovers.append(time.monotonic() - self._holder_killed[1])
-            self._holder_killed = None
+            self.takeovers.append(now - self._holder_killed[1])
+            self.takeovers_ready.append(now - (self._ready_since if self._ready_since is not None else now))
+            self._holder_killed, self._ready_since = None, None
 
     def restart_dead(self) -> None:
         if self._holder_killed is not None:

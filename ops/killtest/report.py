@@ -38,6 +38,7 @@ class Report:
     operator: Counter = field(default_factory=Counter)  # the operator's clicks on Review (ops/killtest/operator.py)
     sweep_in_workers: bool = False  # no sweep process: the workers take turns at it
     sweep_takeovers: list = field(default_factory=list)  # seconds from killing the sweep's holder to a new holder
+    sweep_takeovers_ready: list = field(default_factory=list)  # ... from when another worker could take it
 
     def count(self, task, what: str, n: int = 1) -> None:
         self.per_task.setdefault(str(task), Counter())[what] += n
@@ -64,9 +65,14 @@ class Report:
         times = sorted(self.sweep_takeovers)
         if not times:
             return f"in the workers; its holder killed {len(times)} time(s), taken over after -"
-        return (f"in the workers; its holder killed {len(times)} time(s), taken over after "
+        ready = sorted(self.sweep_takeovers_ready)
+        line = (f"in the workers; its holder killed {len(times)} time(s), taken over after "
                 f"{times[0]:.1f}-{times[-1]:.1f} s (median {times[len(times) // 2]:.1f} s; the longest: "
                 f"{', '.join(f'{t:.1f}' for t in times[-5:][::-1])} s)")
+        if ready:
+            line += (f"; from when another worker was up, listening and awake: {ready[0]:.1f}-{ready[-1]:.1f} s "
+                     f"(median {ready[len(ready) // 2]:.1f} s)")
+        return line
 
     def table(self) -> str:
         kills = ", ".join(f"{w} {self.kills[w]}" for w in (*WINDOWS, "wall-clock")) or "none"

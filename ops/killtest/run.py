@@ -361,5 +361,6 @@ def _finish_report(report: Report, h: Harness, gateway: Gateway | None, *, stric
     report.kills = h.pool.crash_counts()
     report.kills["wall-clock"] = h.pool.wall_kills
     report.sweep_takeovers = list(h.pool.takeovers)
+    report.sweep_takeovers_ready = list(h.pool.takeovers_ready)
     report.sweep_in_workers = h.pool.sweep_in_workers
     report.worker_starts = h.pool.modes
