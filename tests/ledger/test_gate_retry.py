@@ -62,6 +62,17 @@ class TestARetryReusesTheRow:
         assert last_two[0] == ("failed", "intent", "attempt 2 with the same key")
         assert sandbox.counts()["by_endpoint"]["close"] == 1
 
+    def test_each_retry_with_the_same_key_counts_its_attempt(self, sandbox):
+        """Refused twice, then through: the notes count the attempts 2 and 3, on the one row and key."""
+        sandbox.set_faults(error_next={"close": 2}, error_status=422)
+        assert close("worker-a", "approved by alice").effect.state == EffectState.FAILED
+        assert close("worker-b", "approved by alice").effect.state == EffectState.FAILED
+        assert close("worker-c", "approved by alice").effect.state == EffectState.COMMITTED
+        effect = Effect.objects.get()
+        notes = list(effect.transitions.filter(event="EFFECT_RETRY").values_list("note", flat=True))
+        assert notes == ["attempt 2 with the same key", "attempt 3 with the same key"], notes
+        assert effect.attempts == 3 and sandbox.counts()["by_endpoint"]["close"] == 1
+
     def test_a_once_effect_keeps_its_approval_when_the_retry_has_none(self, sandbox):
         sandbox.set_faults(error_next={"notify": 1}, error_status=422)
         from tests.gate_run import effect_run
