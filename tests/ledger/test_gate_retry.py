@@ -185,6 +185,8 @@ class TestAttemptsShareWhatTheyKnow:
         assert effect.state == EffectState.UNKNOWN, effect.last_error
         assert effect.last_error.startswith("attempt 2 sent nothing (could not connect to the helpdesk")
         assert "could not tell whether an earlier attempt landed (the helpdesk 503)" in effect.last_error
+        # nothing of this attempt is in flight: reconcile may ask at once (no settle time to wait out)
+        assert (effect.answered, effect.settle_after) == (True, None)
         assert list(effect.transitions.values_list("to_state", flat=True)) == [
             "intent", "unknown", "failed", "intent", "unknown"]
 
