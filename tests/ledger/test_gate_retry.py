@@ -109,7 +109,8 @@ class TestAFailedSlot:
         assert lookups == [effect.idempotency_key], "the retry looked its own key up before writing"
         assert [d["key"] for d in sandbox.deliveries(endpoint="notify")] == [effect.idempotency_key]
         retry_note = effect.transitions.get(event="EFFECT_RETRY").note
-        assert retry_note.startswith("attempt 2 with a new payload and key")
+        assert retry_note == (f"attempt 2 with a new payload and key: the slot's earlier payload "
+                              f"({first.idempotency_key[:12]}) did not happen")
         assert not BlockedDuplicate.objects.exists()
 
         again = run_notify(NOTIFY, claim_token="worker-c")  # the first payload, once more: the slot is taken now
