@@ -8,7 +8,7 @@ import time
 import pytest
 from django.utils import timezone
 
-from ledger.channels.base import Abilities, Cause, LookupResult, failed, unknown
+from ledger.channels.base import Abilities, Cause, LookupResult, committed, failed, unknown
 from ledger.models import BlockedDuplicate, Effect, EffectState, Verdict
 from ledger.services import effect_review
 
@@ -93,18 +93,20 @@ class TestAFailedSlot:
     """A `once` effect that failed provably did not happen: another payload for its slot goes out, on the same
     row (its new key), exactly once; a slot whose effect happened, or may have, still blocks it as a conflict."""
 
-    def test_takes_a_new_payload_on_the_same_row(self, sandbox, lookups):
+    @pytest.mark.parametrize("old, new", [(NOTIFY, REGENERATED), (REGENERATED, NOTIFY)], ids=["one-way", "reversed"])
+    def test_takes_a_new_payload_on_the_same_row(self, sandbox, lookups, old, new):
+        """(Both ways round: whichever of the two keys sorts first, the row takes the new one.)"""
         from tests.gate_run import effect_run
 
         sandbox.set_faults(error_next={"notify": 1}, error_status=422)
-        first = effect_run(action="notify_customer", payload=NOTIFY, owner_task="t1", owner_item="i1",
+        first = effect_run(action="notify_customer", payload=old, owner_task="t1", owner_item="i1",
                            owner_step="notify_customer", claim_token="worker-a", authorized_by="approved by alice").effect
         assert first.state == EffectState.FAILED
-        retry = run_notify(REGENERATED, claim_token="worker-b")
+        retry = run_notify(new, claim_token="worker-b")
         assert (retry.called, retry.blocked, retry.state) == (True, "", EffectState.COMMITTED)
         effect = Effect.objects.get()
         assert (effect.pk, effect.attempts, effect.claim_token) == (first.pk, 2, "worker-b")
-        assert effect.idempotency_key != first.idempotency_key and effect.payload == REGENERATED
+        assert effect.idempotency_key != first.idempotency_key and effect.payload == new
         assert effect.authorized_by == "", "an approval of the payload that did not happen is not this one's"
         assert lookups == [effect.idempotency_key], "the retry looked its own key up before writing"
         assert [d["key"] for d in sandbox.deliveries(endpoint="notify")] == [effect.idempotency_key]
@@ -113,7 +115,7 @@ class TestAFailedSlot:
                               f"({first.idempotency_key[:12]}) did not happen")
         assert not BlockedDuplicate.objects.exists()
 
-        again = run_notify(NOTIFY, claim_token="worker-c")  # the first payload, once more: the slot is taken now
+        again = run_notify(old, claim_token="worker-c")  # the first payload, once more: the slot is taken now
         assert (again.called, again.blocked) == (False, "conflict")
         assert sandbox.counts()["by_endpoint"]["notify"] == 1
 
@@ -159,12 +161,13 @@ class Asks(Answers):
 SENT_NOTHING = failed("could not connect to the helpdesk: nothing was sent", answered=False, cause=Cause.UNAVAILABLE)
 
 
-def retry_after(first, verdict_by, seen: LookupResult):
-    """Attempt 1 answers `first`; if unknown, `verdict_by` settles it; attempt 2 sends nothing after `seen`."""
+def retry_after(first, verdict_by, seen: LookupResult, second=SENT_NOTHING):
+    """Attempt 1 answers `first`; if unknown, `verdict_by` settles it; attempt 2 answers `second` (by default: sent
+    nothing) after `seen`."""
     attempt_1 = run_notify(channel=Answers(first)).effect
     if attempt_1.state == EffectState.UNKNOWN:
         verdict_by(attempt_1)
-    channel = Asks(SENT_NOTHING, seen)
+    channel = Asks(second, seen)
     attempt_2 = run_notify(claim_token="worker-b", channel=channel)
     assert attempt_2.called and channel.asked == 1 and attempt_2.effect.attempts == 2
     return Effect.objects.get(pk=attempt_2.effect.pk)
@@ -190,6 +193,11 @@ class TestAttemptsShareWhatTheyKnow:
         assert (effect.answered, effect.settle_after) == (True, None)
         assert list(effect.transitions.values_list("to_state", flat=True)) == [
             "intent", "unknown", "failed", "intent", "unknown"]
+
+    def test_a_retry_that_went_through_after_a_look_up_that_could_not_tell_is_committed(self):
+        effect = retry_after(MAY_HAVE_LANDED, judged_not_happened, LookupResult(None, detail="the helpdesk 503"),
+                             second=committed("note-2"))
+        assert (effect.state, effect.external_ref) == (EffectState.COMMITTED, "note-2"), effect.last_error
 
     def test_after_a_look_up_that_answered_not_found_it_is_failed(self):
         effect = retry_after(MAY_HAVE_LANDED, judged_not_happened, LookupResult(False, detail="not on the ticket"))
