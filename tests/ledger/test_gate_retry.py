@@ -199,6 +199,12 @@ class TestAttemptsShareWhatTheyKnow:
                              second=committed("note-2"))
         assert (effect.state, effect.external_ref) == (EffectState.COMMITTED, "note-2"), effect.last_error
 
+    def test_a_retry_whose_own_call_may_have_landed_keeps_its_settle_time(self):
+        effect = retry_after(MAY_HAVE_LANDED, judged_not_happened, LookupResult(None, detail="the helpdesk 503"),
+                             second=unknown("read timed out after sending", answered=False))
+        assert (effect.state, effect.answered) == (EffectState.UNKNOWN, False), effect.last_error
+        assert effect.settle_after is not None, "a call that may still land is not looked up before its bound"
+
     def test_after_a_look_up_that_answered_not_found_it_is_failed(self):
         effect = retry_after(MAY_HAVE_LANDED, judged_not_happened, LookupResult(False, detail="not on the ticket"))
         assert (effect.state, effect.last_error) == (EffectState.FAILED, SENT_NOTHING.error)
