@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ops.bench.dbos_peer import DbosPeer
-from ops.bench.inflight import CpuMeter, calls_made, steady_rate, times_ours
+from ops.bench.inflight import CpuMeter, calls_made, peer_measured, steady_rate, times_ours
 from ops.bench.latency import RssSampler
 from ops.bench.workload import task_outcome, wait_task_ended
 from ops.samples import ticket_rows
@@ -144,25 +144,9 @@ def _ours(bench: Bench, env: dict, base_url: str, in_flight: int, call_seconds: 
 def _peer(bench: Bench, peer: DbosPeer, env: dict, base_url: str, in_flight: int) -> Run:
     s = bench.sizes
     n = s.fleet_rounds * in_flight
-    children = peer.start(1, {**env, "PEER_CONCURRENCY": str(in_flight)})
-    sampler, meter = RssSampler(children), CpuMeter([c.pid for c in children])
-    sampler.start()
-    meter.start()
-    try:
-        peer.forget_runs()
-        before = bench.procs.model_calls(base_url)
-        tag = f"fleet-{in_flight}-{time.time_ns()}"  # ids of this run only: DBOS answers a known id from its records
-        done = peer.wait(peer.submit(ticket_rows(n, f"QD{in_flight}", bench.rng), tag),
-                         timeout=120 + 3 * n * s.fleet_call_seconds * 3 / in_flight)
-    finally:
-        cpu = meter.stop()
-        sampler.stop()
-        peer.stop(children)
-    valid = done.statuses.get("SUCCESS", 0) == n
-    if not valid:
-        bench.results.notes.append(f"fleet, DBOS at {in_flight}: workflows ended {done.statuses}")
-    valid = calls_made(bench, base_url, before, done.statuses.get("SUCCESS", 0), f"fleet, DBOS at {in_flight}") \
-        and valid
+    done, sampler, cpu, valid = peer_measured(bench, peer, env, base_url, in_flight=in_flight, n=n,
+                                              call_seconds=s.fleet_call_seconds, prefix="QD",
+                                              label=f"fleet, DBOS at {in_flight}")
     run = _measured(sampler, cpu, done.ended - done.submitted, n, steady_rate(peer.times(done), in_flight), valid)
     bench.log(f"  DBOS {in_flight}: {run.items_per_s:.2f} items/s, CPU {run.cpu_ms_per_item:.0f} ms an item, "
               f"RSS {run.rss_mb:.0f} MB, PSS {run.pss_mb:.0f} MB")

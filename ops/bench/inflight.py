@@ -201,28 +201,38 @@ def _ours(bench: Bench, env: dict, base_url: str, *, processes: int, threads: in
          steady_rate(times_ours(task.pk), in_flight), processes)
 
 
-def _peer(bench: Bench, peer: DbosPeer, env: dict, base_url: str, threads: int) -> None:
-    s = bench.sizes
-    n = s.inflight_rounds * threads
-    children = peer.start(1, {**env, "PEER_CONCURRENCY": str(threads)})
-    sampler = RssSampler(children)
+def peer_measured(bench: Bench, peer: DbosPeer, env: dict, base_url: str, *, in_flight: int, n: int,
+                  call_seconds: float, prefix: str, label: str):
+    """One run of the DBOS peer, one process running `in_flight` workflows at once, on `n` tickets: the run, its
+    processes' RSS sampler, its CPU (own, machine) and whether it is valid (every workflow succeeded, with its three
+    model calls; if not, a note says so, under `label`)."""
+    children = peer.start(1, {**env, "PEER_CONCURRENCY": str(in_flight)})
+    sampler, meter = RssSampler(children), CpuMeter([c.pid for c in children])
     sampler.start()
-    meter = CpuMeter([c.pid for c in children])
     meter.start()
     try:
         peer.forget_runs()
         before = bench.procs.model_calls(base_url)
         # workflow ids of this run only: DBOS answers an id it has seen with what it recorded
-        tag = f"inflight-{threads}-{int(time.time())}"
-        done = peer.wait(peer.submit(ticket_rows(n, f"D{threads}", bench.rng), tag),
-                         timeout=120 + 3 * n * s.inflight_call_seconds * 3 / threads)
+        tag = f"{prefix.lower()}-{in_flight}-{time.time_ns()}"
+        done = peer.wait(peer.submit(ticket_rows(n, f"{prefix}{in_flight}", bench.rng), tag),
+                         timeout=120 + 3 * n * call_seconds * 3 / in_flight)
     finally:
         cpu = meter.stop()
         sampler.stop()
         peer.stop(children)
     valid = done.statuses.get("SUCCESS", 0) == n
     if not valid:
-        bench.results.notes.append(f"in flight, DBOS {threads}: workflows ended {done.statuses}")
-    valid = calls_made(bench, base_url, before, done.statuses.get("SUCCESS", 0), f"DBOS {threads}") and valid
+        bench.results.notes.append(f"{label}: workflows ended {done.statuses}")
+    valid = calls_made(bench, base_url, before, done.statuses.get("SUCCESS", 0), label) and valid
+    return done, sampler, cpu, valid
+
+
+def _peer(bench: Bench, peer: DbosPeer, env: dict, base_url: str, threads: int) -> None:
+    s = bench.sizes
+    n = s.inflight_rounds * threads
+    done, sampler, cpu, valid = peer_measured(bench, peer, env, base_url, in_flight=threads, n=n,
+                                              call_seconds=s.inflight_call_seconds, prefix="D",
+                                              label=f"in flight, DBOS {threads}")
     _row(bench, f"DBOS Transact, 1 process × {threads} workflows", threads, n, done.ended - done.submitted,
          sum(sampler.peak_rss.values()) / 2**20, valid, cpu, steady_rate(peer.times(done), threads))
