@@ -20,16 +20,12 @@ queue is full against the ideal C / (3 x call seconds) -- target >= 0.9x.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ops.bench.dbos_peer import DbosPeer
-from ops.bench.inflight import CpuMeter, calls_made, peer_measured, steady_rate, times_ours
+from ops.bench.inflight import ours_measured, peer_measured, steady_rate, times_ours
 from ops.bench.latency import RssSampler
-from ops.bench.workload import task_outcome, wait_task_ended
-from ops.samples import ticket_rows
-from ticketagent.services.tasks import task_create
 
 if TYPE_CHECKING:
     from ops.bench.runner import Bench
@@ -114,28 +110,11 @@ def _measured(sampler: RssSampler, cpu: tuple[float, float], seconds: float, n: 
 
 def _ours(bench: Bench, env: dict, base_url: str, in_flight: int, call_seconds: float | None = None) -> Run:
     s = bench.sizes
-    call_seconds = call_seconds or s.fleet_call_seconds
     n = s.fleet_rounds * in_flight
-    procs = bench.procs.start_workers(1, {**env, "WORKER_THREADS": str(in_flight)})
-    bench.procs.wait_workers_ready(procs)
-    time.sleep(0.5)
-    sampler, meter = RssSampler(procs), CpuMeter([p.pid for p in procs])
-    sampler.start()
-    meter.start()
-    before = bench.procs.model_calls(base_url)
-    t0 = time.time()
-    task = task_create(rows=ticket_rows(n, f"Q{in_flight}", bench.rng), name=f"bench fleet {in_flight}",
-                       allow_auto_close=True, failure_threshold=n + 1)
-    end = wait_task_ended(task.pk, n, timeout=120 + 3 * n * call_seconds * 3 / in_flight)
-    cpu = meter.stop()
-    sampler.stop()
-    bench.procs.stop_workers(procs)
-    outcome = task_outcome(task.pk)
-    valid = outcome.get("done", 0) == n
-    if not valid:
-        bench.results.notes.append(f"fleet, ours at {in_flight}: items ended {outcome} (logs: {bench.workdir})")
-    valid = calls_made(bench, base_url, before, outcome.get("done", 0), f"fleet, ours at {in_flight}") and valid
-    run = _measured(sampler, cpu, end - t0, n, steady_rate(times_ours(task.pk), in_flight), valid)
+    seconds, sampler, cpu, task_id, valid = ours_measured(
+        bench, env, base_url, processes=1, threads=in_flight, n=n, call_seconds=call_seconds or s.fleet_call_seconds,
+        prefix=f"Q{in_flight}", label=f"fleet, ours at {in_flight}")
+    run = _measured(sampler, cpu, seconds, n, steady_rate(times_ours(task_id), in_flight), valid)
     bench.log(f"  ours {in_flight}: {run.items_per_s:.2f} items/s, CPU {run.cpu_ms_per_item:.0f} ms an item, "
               f"RSS {run.rss_mb:.0f} MB, PSS {run.pss_mb:.0f} MB")
     return run

@@ -169,36 +169,46 @@ def calls_made(bench: Bench, base_url: str, before: dict, ended: int, side: str)
     return False
 
 
-def _ours(bench: Bench, env: dict, base_url: str, *, processes: int, threads: int) -> None:
-    s = bench.sizes
+def ours_measured(bench: Bench, env: dict, base_url: str, *, processes: int, threads: int, n: int,
+                  call_seconds: float, prefix: str, label: str):
+    """One run of ours, `processes` workers of `threads` item threads each, on `n` tickets: its seconds from the
+    task's creation to its end, the workers' RSS sampler, their CPU (own, machine), the task's id and whether the
+    run is valid (every item done, with its three model calls; if not, a note says so, under `label`)."""
     in_flight = processes * threads
-    n = s.inflight_rounds * in_flight
     procs = bench.procs.start_workers(processes, {**env, "WORKER_THREADS": str(threads)})
     bench.procs.wait_workers_ready(procs)
     time.sleep(0.5)
-    sampler = RssSampler(procs)
+    sampler, meter = RssSampler(procs), CpuMeter([p.pid for p in procs])
     sampler.start()
-    meter = CpuMeter([p.pid for p in procs])
     meter.start()
     before = bench.procs.model_calls(base_url)
     t0 = time.time()
-    tag = f"F{processes}x{threads}"
-    task = task_create(rows=ticket_rows(n, tag, bench.rng), name=f"bench in flight {processes}x{threads}",
-                       allow_auto_close=True, failure_threshold=n + 1)
-    end = wait_task_ended(task.pk, n, timeout=120 + 3 * n * s.inflight_call_seconds * 3 / in_flight)
+    task = task_create(rows=ticket_rows(n, prefix, bench.rng), name=f"bench {label}", allow_auto_close=True,
+                       failure_threshold=n + 1)
+    end = wait_task_ended(task.pk, n, timeout=120 + 3 * n * call_seconds * 3 / in_flight)
     cpu = meter.stop()
     sampler.stop()
     bench.procs.stop_workers(procs)
     outcome = task_outcome(task.pk)
     valid = outcome.get("done", 0) == n
     if not valid:
-        bench.results.notes.append(f"in flight, {processes}x{threads}: items ended {outcome} (logs: {bench.workdir})")
-    valid = calls_made(bench, base_url, before, outcome.get("done", 0), f"{processes}x{threads}") and valid
+        bench.results.notes.append(f"{label}: items ended {outcome} (logs: {bench.workdir})")
+    valid = calls_made(bench, base_url, before, outcome.get("done", 0), label) and valid
+    return end - t0, sampler, cpu, task.pk, valid
+
+
+def _ours(bench: Bench, env: dict, base_url: str, *, processes: int, threads: int) -> None:
+    s = bench.sizes
+    in_flight = processes * threads
+    n = s.inflight_rounds * in_flight
+    seconds, sampler, cpu, task_id, valid = ours_measured(
+        bench, env, base_url, processes=processes, threads=threads, n=n, call_seconds=s.inflight_call_seconds,
+        prefix=f"F{processes}x{threads}", label=f"in flight, {processes}x{threads}")
     side = (f"ours, 1 process × WORKER_THREADS={threads}" if processes == 1
             else f"ours, {processes} processes × 1 item (today's workers)" if threads == 1
             else f"ours, {processes} processes × WORKER_THREADS={threads}")
-    _row(bench, side, in_flight, n, end - t0, sum(sampler.peak_rss.values()) / 2**20, valid, cpu,
-         steady_rate(times_ours(task.pk), in_flight), processes)
+    _row(bench, side, in_flight, n, seconds, sum(sampler.peak_rss.values()) / 2**20, valid, cpu,
+         steady_rate(times_ours(task_id), in_flight), processes)
 
 
 def peer_measured(bench: Bench, peer: DbosPeer, env: dict, base_url: str, *, in_flight: int, n: int,
