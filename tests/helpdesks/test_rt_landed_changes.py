@@ -8,6 +8,7 @@ and asks RT itself what happened.
 """
 
 import uuid
+from unittest import mock
 
 import pytest
 
@@ -95,6 +96,28 @@ def test_a_change_that_never_reached_rt_is_not_found_and_the_retry_makes_it_once
     assert [h for h in history(rt, ticket) if h[0] == "Status"] == [("Status", "Status", "resolved")]
     resolved = [m for m in rt.mails() if m["To"] == "fay@example.com" and "Resolved:" in str(m["Subject"])]
     assert len(resolved) == 1
+
+
+def test_a_field_that_already_held_its_value_is_no_trace_of_the_change(rt_server, rt_settings, task_name):
+    """The ticket already has the escalation's priority; RT goes away between the key comment and the change.
+    After the comment nothing changed: the priority "already so" says nothing about the change, so the
+    look-up answers "not found" (not "a person decides") and the retry makes the change once."""
+    rt = rt_server
+    ticket = rt.create_ticket("Already urgent, escalation never arrived", Priority=100)
+    assert ticket_now(rt, ticket)["Priority"] == "100"
+    proxy, channel = through(rt, mode="503", select=the_change)
+    try:
+        result = run("escalate", ticket, task_name, channel=channel)
+    finally:
+        proxy.close()
+    assert result.state == EffectState.UNKNOWN and ticket_now(rt, ticket)["Queue"]["Name"] != OTHER_QUEUE
+    effect = effect_reconcile(effect_id=settled(result.effect.pk))
+    assert (effect.state, effect.verdict) == (EffectState.FAILED, Verdict.NOT_HAPPENED), effect.last_reconcile
+    assert "Priority 100 (already so)" in effect.last_reconcile, effect.last_reconcile
+    retry = run("escalate", ticket, task_name, lease="worker-b")
+    assert (retry.state, retry.effect.attempts) == (EffectState.COMMITTED, 2), retry.effect.last_error
+    assert CHANGES["escalate"](ticket_now(rt, ticket))
+    assert [h for h in history(rt, ticket) if h[1] in ("Queue", "Priority")] == [("Set", "Queue", mock.ANY)]
 
 
 def test_an_escalation_that_landed_in_part_is_never_failed(rt_server, rt_settings, task_name):

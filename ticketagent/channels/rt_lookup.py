@@ -177,8 +177,10 @@ def _change_after(reader: Reader, ticket: str, keyed: list[Keyed], how: str) -> 
 
 def _landed(reader: Reader, history: list[dict], now: dict, ticket: str, keyed: Keyed, how: str) -> tuple:
     """(found, detail, reference) for one key comment: True when every field it names held its wanted
-    value at some moment after it, False when none did, None when some did."""
-    landed, missing = [], []
+    value at some moment after it, False when none was set after it and some never held, None when some
+    were set and others never held. A field that already held its value is no trace of the change: RT
+    writes no transaction for it, so it cannot tell a change that ran from one that never came."""
+    landed, missing, set_after = [], [], False
     for field, value in keyed.want.items():
         target = _target(reader, field, str(value))
         after = [h for h in history if int(h.get("id") or 0) > keyed.txn and h.get("Field") == field]
@@ -186,6 +188,7 @@ def _landed(reader: Reader, history: list[dict], now: dict, ticket: str, keyed: 
         setting = [h for h in after if str(h.get("NewValue") or "").lower() in target.in_history]
         if setting:
             landed.append(f"{field} {value} (transaction {setting[0].get('id')})")
+            set_after = True
         elif before:
             landed.append(f"{field} {value} (already so)")
         else:
@@ -194,9 +197,10 @@ def _landed(reader: Reader, history: list[dict], now: dict, ticket: str, keyed: 
     if not missing:
         return True, f"found {how}: {comment} on ticket {ticket}, and after its key comment {', '.join(landed)}", \
             str(keyed.txn)
-    if not landed:
+    if not set_after:
+        already = f"; {', '.join(landed)}" if landed else ""
         return False, (f"not on ticket {ticket}: {comment} is there, but nothing of the change it announces "
-                       f"landed after it ({', '.join(missing)} never held since)"), ""
+                       f"landed after it ({', '.join(missing)} never held since{already})"), ""
     return None, (f"{SYSTEM} look-up could not tell: part of the change announced by {comment} on ticket "
                   f"{ticket} landed after it: landed: {', '.join(landed)}; not landed: {', '.join(missing)}; "
                   "a person decides"), ""
