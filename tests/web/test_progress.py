@@ -3,7 +3,8 @@
 import pytest
 from django.urls import reverse
 
-from ticketagent.models import Task, TaskStatus
+from ticketagent.models import Event, EventType, Task, TaskStatus
+from ticketagent.web.selectors import task_models
 
 from ..factories import make_task
 
@@ -70,3 +71,13 @@ def test_a_completed_task_keeps_its_counts_and_the_dashboard_reads_them(client, 
     assert task_progress(task).counts == {"done": 2}
     client.force_login(bob)
     assert "100%" in client.get(reverse("tasks")).content.decode()
+
+
+def test_models_that_served_as_many_steps_are_named_in_the_order_they_first_served():
+    """A tie in steps is broken by who served first, not by however PostgreSQL groups them."""
+    task = make_task(1)
+    models = [f"model {name}" for name in "qwertyuiop"]
+    for model in models:
+        Event.objects.create(task=task, type=EventType.STEP_DONE, payload={"model": model})
+    Event.objects.create(task=task, type=EventType.STEP_DONE, payload={"model": "model y"})
+    assert task_models(task) == [("model y", 2)] + [(m, 1) for m in models if m != "model y"]

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from ledger.models import Effect
@@ -148,9 +148,10 @@ def tasks_nothing_sent(tasks: list[Task]) -> dict[int, int]:
 
 def task_models(task: Task) -> list[tuple[str, int]]:
     """The models that served the task's model steps, each with how many steps (a task may outlive a restart on
-    another model); empty before any step."""
-    return list(Event.objects.filter(task=task, type=EventType.STEP_DONE, payload__has_key="model")
-                .values_list("payload__model").annotate(n=Count("id")).order_by("-n"))
+    another model), most steps first and, on a tie, the one that served first; empty before any step."""
+    served = (Event.objects.filter(task=task, type=EventType.STEP_DONE, payload__has_key="model")
+              .values_list("payload__model").annotate(n=Count("id"), first=Min("id")).order_by("-n", "first"))
+    return [(model, n) for model, n, _ in served]
 
 
 def task_progress(task: Task, now=None) -> Progress:
