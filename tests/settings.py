@@ -31,6 +31,12 @@ os.environ.setdefault("OPENAI_API_KEY", "")
 
 from ticketagent.settings import *  # noqa: E402,F403
 
+# No helpdesk unless a test starts one (the `sandbox` fixture) or names one: the product's default address is where
+# `make run`'s sandbox listens, and a task created while one does would be bound to that helpdesk (and its items
+# sent to that helpdesk's queue). Port 9 (discard) answers nothing. The environment is left as it is: a `make run`
+# a test starts serves its own sandbox.
+HELPDESK_URL = os.environ.get("HELPDESK_URL") or "http://127.0.0.1:9"
+
 # Constants of the product (docs/configuration.md: not read from the environment), as the suite wants them:
 HEALTH_CACHE_SECONDS = 0.0  # tests compare the numbers with the database at once
 HELPDESK_CHECK_BEFORE_TASKS = False  # most tests create tasks without a helpdesk; the check has tests of its own

@@ -78,3 +78,11 @@ def test_operators_and_superusers_still_can(staff_operator, staff, queue, django
 def test_people_who_are_not_staff_still_get_the_admin_login(alice, queue):
     response = client_for(alice).post("/admin/rq/queues/0/empty/")
     assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+
+
+def test_the_suite_never_binds_a_task_to_a_helpdesk_it_did_not_start(settings):
+    """A `make run` on the same machine serves its sandbox at the product's default address: a test's task created
+    meanwhile was bound to it, its jobs went to that helpdesk's queue, and this file's queue was empty."""
+    from ticketagent import settings as product
+
+    assert settings.HELPDESK_URL != product.HELPDESK_URL == "http://127.0.0.1:8025"
