@@ -1,6 +1,7 @@
 import csv
 import io
 
+from ticketagent.eventlog.replay import diff, replay, tables_state, task_events
 from ticketagent.services.upload import task_upload
 
 HEADER = ["ticket_id", "customer_email", "customer_name", "subject", "body", "priority"]
@@ -33,3 +34,8 @@ def suspended_task(workers, sandbox, n: int, *, failure_threshold: int, failing_
     task.refresh_from_db()
     assert task.status == TaskStatus.SUSPENDED
     return task
+
+
+def task_replay_diff(task_id: int) -> list[str]:
+    """What the task's event log, replayed, says differently from its tables (`manage.py replay`)."""
+    return diff(replay(task_events(task_id)), tables_state(task_id))

@@ -42,26 +42,21 @@ def envbool(name: str, default: bool) -> bool:
 
 
 def envint(name: str, default: int, *, minimum: int | None = None) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name}={value} is below the minimum of {minimum}")
-    return value
+    return _envnumber(name, default, minimum, int, "an integer")
 
 
 def envfloat(name: str, default: float, *, minimum: float | None = None) -> float:
+    return _envnumber(name, default, minimum, float, "a number")
+
+
+def _envnumber(name, default, minimum, kind, word):
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = float(raw)
+        value = kind(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+        raise ImproperlyConfigured(f"{name}={raw!r} is not {word}") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} is below the minimum of {minimum}")
     return value

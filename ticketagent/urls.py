@@ -4,7 +4,9 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from ticketagent.services.items import item_retry, item_skip
 from ticketagent.web import items, ledger, metrics, playbooks, probes, rehearsals, review, tasks, upload, workers
+from ticketagent.web.playbook_forms import EDITORS
 
 urlpatterns = [
     path("", tasks.task_list, name="tasks"),
@@ -32,20 +34,16 @@ urlpatterns = [
     path("playbooks/<int:pk>/rename/", playbooks.playbook_rename_view, name="playbook-rename"),
     path("playbooks/<int:pk>/diff/", playbooks.playbook_diff, name="playbook-diff"),
     path("playbooks/versions/<int:pk>/", playbooks.version_detail, name="playbook-version"),
-    path("playbooks/versions/<int:pk>/guidance/", playbooks.version_guidance, name="playbook-guidance"),
-    path("playbooks/versions/<int:pk>/categories/", playbooks.version_categories, name="playbook-categories"),
-    path("playbooks/versions/<int:pk>/rules/", playbooks.version_rules, name="playbook-rules"),
-    path("playbooks/versions/<int:pk>/reply/", playbooks.version_reply, name="playbook-reply"),
-    path("playbooks/versions/<int:pk>/articles/", playbooks.version_articles, name="playbook-articles"),
-    path("playbooks/versions/<int:pk>/yaml/", playbooks.version_yaml, name="playbook-yaml"),
+    *(path(f"playbooks/versions/<int:pk>/{section}/", playbooks.version_edit, {"section": section},
+           name=f"playbook-{section}") for section in EDITORS),
     path("playbooks/versions/<int:pk>/publish/", playbooks.version_publish, name="playbook-publish"),
     path("playbooks/versions/<int:pk>/discard/", playbooks.version_discard, name="playbook-discard"),
     path("playbooks/versions/<int:pk>/export.yaml", playbooks.version_export, name="playbook-export"),
     path("items/<int:pk>/", items.item_detail, name="item-detail"),
     path("items/<int:pk>/approval/", review.item_approval_view, name="item-approval"),
     path("items/approvals/", review.item_approvals_view, name="item-approvals"),
-    path("items/<int:pk>/retry/", review.item_retry_view, name="item-retry"),
-    path("items/<int:pk>/skip/", review.item_skip_view, name="item-skip"),
+    path("items/<int:pk>/retry/", review.failed_item_control_view, {"service": item_retry}, name="item-retry"),
+    path("items/<int:pk>/skip/", review.failed_item_control_view, {"service": item_skip}, name="item-skip"),
     path("search/", items.search, name="search"),
     path("review/", review.review_queue, name="review"),
     path("attention/", review.attention, name="attention"),

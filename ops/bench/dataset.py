@@ -17,7 +17,7 @@ from ledger.keys import idempotency_key, payload_hash, slot_for, summarize
 from ledger.models import Effect
 from ops.bench.sizes import Sizes
 from ops.samples import SUBJECTS
-from ticketagent.eventlog.append import blob_put
+from ticketagent.eventlog.append import blobs_put
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, Event, Item, Task
 from ticketagent.plan import PLAN_VERSION, STEPS
@@ -183,9 +183,9 @@ def _effects(task: Task, item: Item, st: str, base: dt.datetime, s: Sizes) -> li
 def fill_task(task: Task, n: int, s: Sizes, *, big: bool) -> None:
     """A task's items, checkpoints, effects and events."""
     base = timezone.now() - dt.timedelta(days=2)
-    refs = {name: blob_put(value) for name, value in OUTPUTS.items()}
-    refs["effect"] = blob_put({"state": "committed", "effect_id": 0})
-    refs["skipped"] = blob_put({"skipped": "not chosen by the decision"})
+    values = {**OUTPUTS, "effect": {"state": "committed", "effect_id": 0},
+              "skipped": {"skipped": "not chosen by the decision"}}
+    refs = dict(zip(values, blobs_put(list(values.values())), strict=True))
     statuses = _statuses(task, n, big)
     items = _items(task, statuses, base)
     cps, effects, events = [], [], []

@@ -4,7 +4,7 @@ go-live executes the rehearsed decisions without asking the model again."""
 import pytest
 
 from ledger.models import BlockedDuplicate, Effect, EffectState
-from ticketagent.eventlog.replay import task_replay_diff
+from tests.factories import task_replay_diff
 from ticketagent.models import EventType, ItemStatus, Task, TaskStatus
 from ticketagent.playbooks.services import draft_open, draft_update, playbook_import, version_publish
 from ticketagent.playbooks.standard import standard_spec

@@ -5,7 +5,7 @@ import pytest
 from django.db.models import Count
 
 from ledger.models import Effect, EffectState
-from ticketagent.eventlog.replay import task_replay_diff
+from tests.factories import task_replay_diff
 from ticketagent.models import Event, EventType, Item, ItemStatus, Task, TaskStatus
 from ticketagent.services.tasks import task_cancel
 

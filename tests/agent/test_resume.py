@@ -4,7 +4,7 @@ import pytest
 from django.db.models import Count
 
 from ledger.models import Effect, EffectState, EffectTransition
-from ticketagent.eventlog.replay import task_replay_diff
+from tests.factories import task_replay_diff
 from ticketagent.models import Checkpoint, Event, EventType, Item, ItemStatus, TaskStatus
 from ticketagent.services import ServiceError
 from ticketagent.services.resume import task_clone_unfinished, task_dry_run, task_resume

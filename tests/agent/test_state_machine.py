@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from ledger import faults
 from ledger.models import Effect, EffectState
 from ledger.services import effect_reconcile, effect_review
-from ticketagent.eventlog.replay import task_replay_diff
+from tests.factories import task_replay_diff
 from ticketagent.llm.base import ModelError
 from ticketagent.llm.offline import OfflineModel
 from ticketagent.models import Item, ItemStatus, Task, TaskStatus

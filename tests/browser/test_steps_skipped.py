@@ -7,7 +7,7 @@ step "escalate (6/8)". The event log still replays to the same checkpoints."""
 import pytest
 from playwright.sync_api import expect
 
-from ticketagent.eventlog.replay import task_replay_diff
+from tests.factories import task_replay_diff
 from ticketagent.models import Event, EventType
 from ticketagent.pipeline.run import item_process
 

@@ -28,8 +28,3 @@ def blobs_put(contents: list) -> list[str]:
     # one INSERT … ON CONFLICT DO NOTHING: no read first, no savepoint
     Blob.objects.bulk_create(list(new.values()), ignore_conflicts=True)
     return refs
-
-
-def blob_put(content) -> str:
-    """Store a (possibly big) JSON value once; return its reference."""
-    return blobs_put([content])[0]

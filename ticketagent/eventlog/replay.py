@@ -136,6 +136,3 @@ def diff(replayed: dict, tables: dict) -> list[str]:
                    f"tables say {tables['blocked_duplicates']}")
     return out
 
-
-def task_replay_diff(task_id: int) -> list[str]:
-    return diff(replay(task_events(task_id)), tables_state(task_id))

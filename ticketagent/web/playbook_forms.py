@@ -392,10 +392,14 @@ class YamlEditor(Editor):
         return  # every error is in the list above the text, with its line
 
 
+# a draft's sections by name: each is a form of its own, saved on its own (its URL: `playbook-<section>`)
+EDITORS = {cls.section: cls for cls in (GuidanceEditor, CategoriesEditor, RulesEditor, ReplyEditor, ArticlesEditor,
+                                        YamlEditor)}
+
+
 def section_editors(spec: PlaybookSpec, bound: Editor | None = None) -> dict:
     """Every editor of a draft's page, unbound, except the one that was posted (with its errors)."""
-    editors = {cls.section: cls(spec) for cls in (GuidanceEditor, CategoriesEditor, RulesEditor, ReplyEditor,
-                                                  ArticlesEditor, YamlEditor)}
+    editors = {section: cls(spec) for section, cls in EDITORS.items()}
     if bound is not None:
         editors[bound.section] = bound
     return editors

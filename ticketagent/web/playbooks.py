@@ -25,16 +25,11 @@ from ticketagent.playbooks.spec import PlaybookInvalid
 from ticketagent.services import ServiceError
 from ticketagent.web.access import is_editor, login_required, render_page, require_editor
 from ticketagent.web.playbook_forms import (
-    ArticlesEditor,
-    CategoriesEditor,
+    EDITORS,
     EditorInvalid,
-    GuidanceEditor,
     NewPlaybookForm,
     PlaybookFileForm,
     RenameForm,
-    ReplyEditor,
-    RulesEditor,
-    YamlEditor,
     section_editors,
 )
 from ticketagent.web.selectors import playbooks as selectors
@@ -163,15 +158,17 @@ def version_detail(request, pk):
     return _version_page(request, selectors.version_or_404(pk))
 
 
-def _edit(request, pk, editor_class, **options):
+@login_required
+@require_POST
+def version_edit(request, pk, section: str):
     """One section's save: the form read, `draft_update()` with what changed, the page or the section back.
     400 with every error beside its field and nothing saved; 409 for a version that is not a draft."""
     require_editor(request)
     version = selectors.version_or_404(pk)
-    section, editor = editor_class.section, None
+    editor = None
     try:
         playbook_services.version_require_draft(version)
-        editor = editor_class(playbook_services.version_spec(version), request.POST, **options)
+        editor = EDITORS[section](playbook_services.version_spec(version), request.POST)
         playbook_services.draft_update(version_id=version.pk, changes=editor.changes(), user=request.user)
     except EditorInvalid:
         return _version_page(request, version, bound=editor, section=section, status=400)
@@ -185,41 +182,6 @@ def _edit(request, pk, editor_class, **options):
     version.refresh_from_db()
     return _version_page(request, version, section=section, saved=section)
 
-
-@login_required
-@require_POST
-def version_guidance(request, pk):
-    return _edit(request, pk, GuidanceEditor)
-
-
-@login_required
-@require_POST
-def version_categories(request, pk):
-    return _edit(request, pk, CategoriesEditor)
-
-
-@login_required
-@require_POST
-def version_rules(request, pk):
-    return _edit(request, pk, RulesEditor)
-
-
-@login_required
-@require_POST
-def version_reply(request, pk):
-    return _edit(request, pk, ReplyEditor)
-
-
-@login_required
-@require_POST
-def version_articles(request, pk):
-    return _edit(request, pk, ArticlesEditor)
-
-
-@login_required
-@require_POST
-def version_yaml(request, pk):
-    return _edit(request, pk, YamlEditor)
 
 
 def _confirm_page(request, version, action: str, *, errors=(), status=200):

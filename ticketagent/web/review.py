@@ -17,7 +17,7 @@ from ledger.models import Effect
 from ledger.services import ReviewError, effect_reconcile, effect_review
 from ticketagent.models import Approval, Item
 from ticketagent.services import ServiceError
-from ticketagent.services.items import item_approve, item_retry, item_skip
+from ticketagent.services.items import item_approve
 from ticketagent.web.access import actor, login_required, render_page, require_operator
 from ticketagent.web.selectors import review as selectors_review
 
@@ -160,8 +160,11 @@ def item_approvals_view(request):
                         extra={"bulk_result": result, "bulk_errors": errors})
 
 
-def _failed_item_control(request, pk, service):
-    """Retry or skip a failed item: one service call, the row (htmx) or the page back."""
+@login_required
+@require_POST
+def failed_item_control_view(request, pk, service):
+    """Retry or skip a failed item (`service`: `item_retry` or `item_skip`, from the URL): one service call, the
+    row (htmx) or the page back."""
     require_operator(request)
     item = get_object_or_404(Item.objects.select_related("task"), pk=pk)
     error = ""
@@ -170,15 +173,3 @@ def _failed_item_control(request, pk, service):
     except ServiceError as exc:
         error = str(exc)
     return _item_answer(request, item, "failed-row", error)
-
-
-@login_required
-@require_POST
-def item_retry_view(request, pk):
-    return _failed_item_control(request, pk, item_retry)
-
-
-@login_required
-@require_POST
-def item_skip_view(request, pk):
-    return _failed_item_control(request, pk, item_skip)

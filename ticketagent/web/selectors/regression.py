@@ -24,7 +24,7 @@ from ticketagent.playbooks.models import PlaybookVersion
 from ticketagent.playbooks.rules import decision_review
 from ticketagent.playbooks.services import version_spec
 from ticketagent.playbooks.spec import PlaybookSpec
-from ticketagent.web.selectors.rehearsal import FIELDS, Agreement, agreement_of
+from ticketagent.web.selectors.rehearsal import FIELDS, ActionsChange, Agreement, agreement_of
 
 # It runs inside the publish confirmation's request: the offline model decides a ticket in about a millisecond
 # plus one article search; a larger rehearsal is read up to this many tickets and the page says so.
@@ -56,21 +56,13 @@ class Decided:
 
 
 @dataclass(frozen=True)
-class TicketChange:
+class TicketChange(ActionsChange):
     item_id: int
     ticket_id: str
     subject: str
     before: Decided
     after: Decided
     changed: tuple  # of COMPARED
-
-    @property
-    def actions_added(self) -> list[str]:
-        return [a for a in self.after.actions if a not in self.before.actions]
-
-    @property
-    def actions_removed(self) -> list[str]:
-        return [a for a in self.before.actions if a not in self.after.actions]
 
 
 @dataclass

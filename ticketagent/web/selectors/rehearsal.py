@@ -369,13 +369,8 @@ class Side:
         return ", ".join(action for action, _ in self.held) or "none"
 
 
-@dataclass(frozen=True)
-class Change:
-    ticket_id: str
-    subject: str
-    before: Side
-    after: Side
-    changed: tuple  # the fields that differ: category, priority, actions, held, draft
+class ActionsChange:
+    """What a ticket's change did to its actions (`before` and `after` each hold `actions`)."""
 
     @property
     def actions_added(self) -> list[str]:
@@ -384,6 +379,15 @@ class Change:
     @property
     def actions_removed(self) -> list[str]:
         return [a for a in self.before.actions if a not in self.after.actions]
+
+
+@dataclass(frozen=True)
+class Change(ActionsChange):
+    ticket_id: str
+    subject: str
+    before: Side
+    after: Side
+    changed: tuple  # the fields that differ: category, priority, actions, held, draft
 
 
 COMPARED = ("category", "priority", "actions", "held", "draft")
