@@ -6,6 +6,7 @@ which cites the documentation of every shape). Served:
 
     GET /api/v2/users/me.json                 the authenticated user (anonymous without credentials)
     GET /api/v2/users/show_many.json?ids=1,2  users by id
+    GET /api/v2/groups.json (cursor or offset pages)
     GET /api/v2/groups/{id}.json
     GET /api/v2/tickets/{id}.json
     PUT /api/v2/tickets/{id}.json             {"ticket": {...}} -> {"ticket", "audit"}
@@ -58,6 +59,7 @@ SEARCH_LIMIT = 1000
 ROUTES = (
     ("GET", re.compile(r"/api/v2/users/me(?:\.json)?"), "me"),
     ("GET", re.compile(r"/api/v2/users/show_many(?:\.json)?"), "users"),
+    ("GET", re.compile(r"/api/v2/groups(?:\.json)?"), "groups"),
     ("GET", re.compile(r"/api/v2/groups/(\d+)(?:\.json)?"), "group"),
     ("GET", re.compile(r"/api/v2/tickets/(\d+)(?:\.json)?"), "ticket"),
     ("PUT", re.compile(r"/api/v2/tickets/(\d+)(?:\.json)?"), "update"),
@@ -262,6 +264,11 @@ class _Handler(BaseHTTPRequestHandler):
     def on_users(self, match, query, body, user):
         ids = [int(i) for i in ",".join(query.get("ids", [""])).split(",") if i.strip().isdigit()]
         return 200, {"users": self.fake.state.users_by_ids(ids[:100])}
+
+    def on_groups(self, match, query, body, user):
+        with self.fake.state.lock:
+            groups = [dict(group) for _, group in sorted(self.fake.state.groups.items())]
+        return 200, self.page("groups", groups, query)
 
     def on_group(self, match, query, body, user):
         group = self.fake.state.groups.get(int(match.group(1)))

@@ -114,6 +114,21 @@ def test_escalate_sets_queue_owner_and_priority_then_says_why(rt_server, rt_sett
     assert "The ticket agent escalates this ticket" in content["Content"] and "charged twice" in content["Content"]
 
 
+def test_escalate_goes_where_the_playbook_says_over_the_settings(rt_server, rt_settings, task_name):
+    """The playbook's queue and owner for the ticket (its rule's or category's, in the payload) win over
+    RT_ESCALATION_QUEUE and RT_ESCALATION_OWNER; the priority still comes from RT_ESCALATION_PRIORITY."""
+    rt = rt_server
+    rt_settings.RT_ESCALATION_QUEUE, rt_settings.RT_ESCALATION_OWNER = "General", rt_server.user
+    ticket = rt.create_ticket("Charged twice, route me")
+    body = {**BODIES["escalate"], "queue": OTHER_QUEUE, "owner": "tier2"}
+    result = run("escalate", ticket, task_name, body=body)
+    assert result.state == EffectState.COMMITTED, result.effect.last_error
+    now = ticket_now(rt, ticket)
+    assert (now["Queue"]["Name"], now["Owner"]["id"], now["Priority"]) == (OTHER_QUEUE, "tier2", "100")
+    content = rt.get(f"/transaction/{result.effect.external_ref}/attachments?fields=Content").body["items"][0]
+    assert announced_change(content["Content"]) == {"Queue": OTHER_QUEUE, "Owner": "tier2", "Priority": "100"}
+
+
 def test_escalate_to_an_owner_steals_a_ticket_someone_else_owns(rt_server, rt_settings, task_name):
     rt = rt_server
     rt_settings.RT_ESCALATION_QUEUE, rt_settings.RT_ESCALATION_OWNER = "", rt_server.user

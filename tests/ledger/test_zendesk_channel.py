@@ -109,6 +109,30 @@ def test_escalate_sets_the_group_and_priority_with_a_private_note_saying_why(zd,
     assert note["public"] is False and "charged twice" in note["body"]
 
 
+def test_escalate_goes_to_the_playbooks_group_by_name_or_id_over_the_setting(zd, ticket, settings):
+    """The playbook's Zendesk group for the ticket (its rule's or category's, in the payload) wins over
+    ZENDESK_ESCALATION_GROUP_ID: a number is the group's id, a name is looked up among every page of groups."""
+    default = zd.state.add_group("Tier 1")
+    for n in range(120):  # the group named is on the second page of 100
+        zd.state.add_group(f"Team {n}")
+    accounts = zd.state.add_group("Accounts & Plans")
+    settings.ZENDESK_ESCALATION_GROUP_ID = default["id"]
+    assert run("escalate", ticket, {"note": "x", "group": "accounts & plans"}).state == EffectState.COMMITTED
+    assert zd.state.ticket(ticket)["group_id"] == accounts["id"]
+    other = zd.state.add_ticket()["id"]
+    result = run("escalate", other, {"note": "x", "group": str(default["id"] + 1)}, item="i2")
+    assert result.state == EffectState.COMMITTED
+    assert zd.state.ticket(other)["group_id"] == default["id"] + 1
+
+
+def test_escalate_to_a_group_zendesk_does_not_have_fails_and_sends_nothing(zd, ticket, settings):
+    zd.state.add_group("Tier 1")
+    result = run("escalate", ticket, {"note": "x", "group": "Tier-3"})
+    assert result.state == EffectState.FAILED
+    assert "Zendesk has no group named 'Tier-3'" in result.effect.last_error
+    assert zd.state.comments(ticket, by_agent=True) == []
+
+
 def test_escalate_with_priority_keep_and_no_group_changes_only_the_note(zd, ticket, settings):
     settings.ZENDESK_ESCALATION_PRIORITY = "keep"
     assert run("escalate", ticket, {"note": "needs a human"}).state == EffectState.COMMITTED

@@ -186,11 +186,15 @@ class RTChannel(Channel):
 
     def _escalate(self, at: Attempt, ticket: str, body: dict, key: str) -> CallResult:
         c = self.config
-        want = {field: value for field, value in (("Queue", c.escalation_queue), ("Owner", c.escalation_owner),
+        # the queue and owner the playbook names for the ticket (its rule's or its category's: the payload's), else
+        # RT_ESCALATION_QUEUE and RT_ESCALATION_OWNER
+        want = {field: value for field, value in (("Queue", body.get("queue") or c.escalation_queue),
+                                                  ("Owner", body.get("owner") or c.escalation_owner),
                                                   ("Priority", c.escalation_priority)) if value not in ("", None)}
         if not want:
-            return failed("escalate has nothing to change: set RT_ESCALATION_QUEUE, RT_ESCALATION_OWNER or "
-                          "RT_ESCALATION_PRIORITY", answered=False, cause=Cause.INVALID)
+            return failed("escalate has nothing to change: name an RT queue or owner in the playbook's category or "
+                          "rule, or set RT_ESCALATION_QUEUE, RT_ESCALATION_OWNER or RT_ESCALATION_PRIORITY",
+                          answered=False, cause=Cause.INVALID)
         done = ", ".join(f"{field} {value}" for field, value in want.items())
         note = (f"<p>The ticket agent escalates this ticket ({html.escape(done)}):</p>\n"
                 + text_html(str(body.get("note", ""))))

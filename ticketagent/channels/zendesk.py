@@ -7,7 +7,9 @@ request, because one update may set fields and add a comment together
     save_draft       a private comment (`public: false`) marked as the agent's draft
     notify_customer  a public comment: Zendesk sends it to the requester
     set_status       `status` (open, pending, hold, solved; see STATUSES) + a private note
-    escalate         `group_id` (ZENDESK_ESCALATION_GROUP_ID) and/or `priority`
+    escalate         `group_id` (the playbook's Zendesk group for the ticket -- an id, or
+                     a name looked up in GET /api/v2/groups.json -- else
+                     ZENDESK_ESCALATION_GROUP_ID) and/or `priority`
                      (ZENDESK_ESCALATION_PRIORITY) + a private note saying why
     close_ticket     `status: solved` + a private note. Not "closed": a closed
                      ticket can never be reopened or updated again (a customer's
@@ -141,8 +143,9 @@ class ZendeskChannel(Channel):
 
     # ------------------------------------------------------------------ the write
 
-    def ticket_update(self, action: str, body: dict, key: str) -> dict:
-        """The `ticket` object of the update for one action, the key in its metadata."""
+    def ticket_update(self, action: str, body: dict, key: str, *, group_id: int = 0) -> dict:
+        """The `ticket` object of the update for one action, the key in its metadata (`group_id`: escalate's
+        group, else ZENDESK_ESCALATION_GROUP_ID's)."""
         if action == "save_draft":
             fields = {"comment": private_note(f"{DRAFT_MARK}\nSubject: {body['subject']}\n\n{body['body']}")}
         elif action == "notify_customer":
@@ -156,8 +159,8 @@ class ZendeskChannel(Channel):
                       "comment": private_note(f"The ticket agent set the status to {status} ({body['status']}).")}
         elif action == "escalate":
             fields = {"comment": private_note(f"Escalated by the ticket agent: {body.get('note', '')}".strip())}
-            if self.escalation_group_id:
-                fields["group_id"] = self.escalation_group_id
+            if group_id or self.escalation_group_id:
+                fields["group_id"] = group_id or self.escalation_group_id
             if self.escalation_priority:
                 fields["priority"] = self.escalation_priority
         elif action == "close_ticket":
@@ -172,8 +175,13 @@ class ZendeskChannel(Channel):
         if ticket is None:
             return failed(f"{payload.get('ticket')!r} is not a Zendesk ticket id (a number); nothing was sent",
                           answered=False, cause=Cause.INVALID)
+        body = payload.get("body") or {}
+        group_id, not_found = self.group_id(str(body["group"])) if spec.name == "escalate" and body.get("group") \
+            else (0, None)
+        if not_found is not None:
+            return not_found
         try:
-            update = self.ticket_update(spec.name, payload.get("body") or {}, key)
+            update = self.ticket_update(spec.name, body, key, group_id=group_id)
         except (KeyError, ValueError) as exc:
             return failed(f"the {spec.name} of ticket {ticket} cannot be sent to Zendesk: {exc}", answered=False,
                           cause=Cause.INVALID)
@@ -187,6 +195,25 @@ class ZendeskChannel(Channel):
             return unknown(f"{exc}; the update of ticket {ticket} may have been applied", answered=False,
                            cause=Cause.UNAVAILABLE)
         return self.outcome(answer, ticket)
+
+    def group_id(self, group: str):
+        """(the id of the playbook's Zendesk group `group`, None), or (0, why nothing was sent): a number is the
+        id; a name is looked up, case-insensitively, among the account's groups (every page)."""
+        if group.strip().isdigit():
+            return int(group), None
+        path = f"{API}/groups.json?" + urlencode({"page[size]": MAX_PAGE_SIZE})
+        try:
+            for page in iter_pages(self.client, path, what="the groups", thing="the groups",
+                                   max_wait=self.config.max_wait, sleep=self.sleep):
+                for found in page.get("groups") or []:
+                    if isinstance(found, dict) and str(found.get("name", "")).strip().lower() == group.strip().lower():
+                        return int(found["id"]), None
+        except PageError as exc:
+            refused = exc.status is not None and 400 <= exc.status < 500 and exc.status != 429
+            return 0, failed(f"the Zendesk group {group!r} could not be looked up: {exc}; nothing was sent",
+                             answered=exc.status is not None, cause=Cause.REFUSED if refused else Cause.UNAVAILABLE)
+        return 0, failed(f"Zendesk has no group named {group!r} (the playbook's escalation group); nothing was sent",
+                         answered=True, cause=Cause.INVALID)
 
     def outcome(self, answer: Answer, ticket: int):
         what = f"the update of ticket {ticket}"
