@@ -129,6 +129,22 @@ def test_escalate_goes_where_the_playbook_says_over_the_settings(rt_server, rt_s
     assert announced_change(content["Content"]) == {"Queue": OTHER_QUEUE, "Owner": "tier2", "Priority": "100"}
 
 
+@pytest.mark.parametrize("target, said", [
+    ({"queue": "No Such Queue"}, "no queue 'No Such Queue' visible to"),
+    ({"queue": "General", "owner": "nosuch"}, "no Request Tracker user 'nosuch'"),
+])
+def test_an_escalation_target_rt_does_not_have_fails_and_writes_nothing(rt_server, rt_settings, task_name, target,
+                                                                          said):
+    """A queue or owner the playbook names that RT does not have (a typo) is found before the key comment: the
+    item fails with the name, and the ticket is not touched (not moved in part, its priority unchanged)."""
+    rt = rt_server
+    ticket = rt.create_ticket("Route me somewhere that is not there")
+    result = run("escalate", ticket, task_name, body={**BODIES["escalate"], **target})
+    assert result.state == EffectState.FAILED
+    assert said in result.effect.last_error and "nothing was sent" in result.effect.last_error
+    assert [kind for kind, _, _ in history(rt, ticket)] == ["Create"]
+
+
 def test_escalate_to_an_owner_steals_a_ticket_someone_else_owns(rt_server, rt_settings, task_name):
     rt = rt_server
     rt_settings.RT_ESCALATION_QUEUE, rt_settings.RT_ESCALATION_OWNER = "", rt_server.user

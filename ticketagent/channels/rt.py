@@ -36,6 +36,7 @@ caught up with); for a change's key comment, the ticket's history after it.
 
 import html
 import re
+from urllib.parse import quote
 
 from django.conf import settings
 
@@ -195,10 +196,35 @@ class RTChannel(Channel):
             return failed("escalate has nothing to change: name an RT queue or owner in the playbook's category or "
                           "rule, or set RT_ESCALATION_QUEUE, RT_ESCALATION_OWNER or RT_ESCALATION_PRIORITY",
                           answered=False, cause=Cause.INVALID)
+        self._target_known(at, str(body.get("queue") or ""), str(body.get("owner") or ""))
         done = ", ".join(f"{field} {value}" for field, value in want.items())
         note = (f"<p>The ticket agent escalates this ticket ({html.escape(done)}):</p>\n"
                 + text_html(str(body.get("note", ""))))
         return self._changing(at, ticket, want, note, key)
+
+    def _target_known(self, at: Attempt, queue: str, owner: str) -> None:
+        """The playbook's queue (one the ticket may be moved into: CreateTicket there) and owner for the ticket,
+        read before anything is written: one RT does not have (a typo in the playbook) fails the escalation with
+        nothing sent, instead of moving the ticket in part. (The settings' are verified by `check()`.)"""
+        user, problem = self.config.user, ""
+        if queue:
+            answer = at.send("GET", "/queue/" + quote(queue, safe=""), write=False)
+            data = answer.json(None) if answer.status == 200 else None
+            links = {link.get("ref") for link in data.get("_hyperlinks", []) if isinstance(link, dict)} \
+                if isinstance(data, dict) else set()
+            if answer.status != 200:
+                problem = (f"no queue {queue!r} visible to {user!r} (it does not exist, or {user!r} lacks SeeQueue "
+                           f"there; RT answered {answer.status})")
+            elif "create" not in links:
+                problem = (f"{user!r} lacks CreateTicket in queue {queue!r}: RT moves a ticket into a queue only for "
+                           "a user who may create tickets there")
+        if owner and not problem:
+            answer = at.send("GET", "/user/" + quote(owner, safe=""), write=False)
+            if answer.status != 200:
+                problem = f"no {SYSTEM} user {owner!r} (RT answered {answer.status}: {rt_message(answer)})"
+        if problem:
+            raise Stop(failed(f"the playbook's escalation target: {problem}; nothing was sent", answered=True,
+                              cause=Cause.INVALID))
 
     def _close(self, at: Attempt, ticket: str, body: dict, key: str) -> CallResult:
         note = "<p>The ticket agent resolves this ticket.</p>\n" + text_html(str(body.get("reason", "")))
