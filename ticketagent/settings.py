@@ -429,10 +429,5 @@ LOGGING = {
     "filters": {"redact_secrets": {"()": "ticketagent.web.middleware.RedactSecretsFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
-    "loggers": {
-        "django.db.backends": {"level": "WARNING"},
-        # the model client's HTTP stack writes a line for every request at INFO: three an item, which the item's
-        # events already hold, and ~3% of a busy worker's CPU (docs/benchmarks.md, figure 29)
-        "httpx2": {"level": "WARNING"},
-    },
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
