@@ -52,7 +52,7 @@ from ledger.channels.base import (
     unknown,
 )
 from ticketagent.channels.identity import IdentityUnknown
-from ticketagent.channels.rt_check import run_checks
+from ticketagent.channels.rt_check import hyperlinks, run_checks
 from ticketagent.channels.rt_lookup import change_marker, rt_lookup
 from ticketagent.channels.rt_rest import (
     SYSTEM,
@@ -209,13 +209,10 @@ class RTChannel(Channel):
         user, problem = self.config.user, ""
         if queue:
             answer = at.send("GET", "/queue/" + quote(queue, safe=""), write=False)
-            data = answer.json(None) if answer.status == 200 else None
-            links = {link.get("ref") for link in data.get("_hyperlinks", []) if isinstance(link, dict)} \
-                if isinstance(data, dict) else set()
             if answer.status != 200:
                 problem = (f"no queue {queue!r} visible to {user!r} (it does not exist, or {user!r} lacks SeeQueue "
                            f"there; RT answered {answer.status})")
-            elif "create" not in links:
+            elif "create" not in hyperlinks(answer.json(None)):
                 problem = (f"{user!r} lacks CreateTicket in queue {queue!r}: RT moves a ticket into a queue only for "
                            "a user who may create tickets there")
         if owner and not problem:

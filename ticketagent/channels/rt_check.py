@@ -114,6 +114,13 @@ def _queues(config: RTConfig, reader: Reader, queues: list[dict], report: Report
                                  f"{', '.join(r for _, r in TICKET_LINKS)} there are seen on the first ticket")
 
 
+def hyperlinks(record) -> set[str]:
+    """The `ref`s of a REST2 record's `_hyperlinks`: what the user may do with it (`create` on a queue: CreateTicket
+    there; `correspond`, `comment` on a ticket)."""
+    links = record.get("_hyperlinks", []) if isinstance(record, dict) else []
+    return {link.get("ref") for link in links if isinstance(link, dict)}
+
+
 def _ticket_rights(reader: Reader, queue_id) -> list[str] | None:
     """[ticket id, missing rights...] for the queue's newest ticket; None when it has none."""
     found = reader.json("/tickets", query=f"Queue = {int(queue_id)} AND Status != 'deleted'", per_page=1,
@@ -124,7 +131,7 @@ def _ticket_rights(reader: Reader, queue_id) -> list[str] | None:
     answer = reader.get(f"/ticket/{ticket}")
     if answer.status != 200:
         return [ticket, f"ShowTicket (GET answered {answer.status}: {rt_message(answer)})"]
-    links = {link.get("ref") for link in (answer.json({}) or {}).get("_hyperlinks", []) if isinstance(link, dict)}
+    links = hyperlinks(answer.json({}))
     return [ticket, *(right for ref, right in TICKET_LINKS if ref not in links)]
 
 
@@ -140,8 +147,7 @@ def _escalation(config: RTConfig, reader: Reader, queues: list[dict], report: Re
                                    f"{config.user!r} (it does not exist, or {config.user!r} lacks SeeQueue there)")
         else:
             data = reader.json(f"/queue/{queue.get('id')}")
-            links = {link.get("ref") for link in data.get("_hyperlinks", []) if isinstance(link, dict)}
-            if "create" not in links:
+            if "create" not in hyperlinks(data):
                 report.problems.append(f"{config.user!r} lacks CreateTicket in queue {data.get('Name') or wanted} "
                                        "(RT_ESCALATION_QUEUE): RT moves a ticket into a queue only for a user who "
                                        "may create tickets there")

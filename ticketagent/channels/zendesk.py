@@ -175,11 +175,11 @@ class ZendeskChannel(Channel):
         if ticket is None:
             return failed(f"{payload.get('ticket')!r} is not a Zendesk ticket id (a number); nothing was sent",
                           answered=False, cause=Cause.INVALID)
-        body = payload.get("body") or {}
-        group_id, not_found = self.group_id(str(body["group"])) if spec.name == "escalate" and body.get("group") \
-            else (0, None)
-        if not_found is not None:
-            return not_found
+        body, group_id = payload.get("body") or {}, 0
+        if spec.name == "escalate" and body.get("group"):  # the playbook's group for the ticket
+            group_id, not_found = self.group_id(str(body["group"]))
+            if not_found is not None:
+                return not_found
         try:
             update = self.ticket_update(spec.name, body, key, group_id=group_id)
         except (KeyError, ValueError) as exc:

@@ -183,7 +183,6 @@ def version_edit(request, pk, section: str):
     return _version_page(request, version, section=section, saved=section)
 
 
-
 def _confirm_page(request, version, action: str, *, errors=(), status=200):
     """The confirmation of publishing or discarding a draft: what changes from the latest published version;
     for publish, why it cannot be (its spec's errors, `publish_errors()`) and the regression."""
