@@ -1,7 +1,8 @@
 """The pipeline's hand-written statements (`pipeline/statements.py`): the item locked only under its lease, and
 only the item (the task is read: locking it here would invert the lock order); the task locked through its item
 (to write it, or held as it is: a writer waits, another holder does not), and then the item only under its lease;
-the checkpoint moved only from the cursor the worker knows."""
+the checkpoint moved only from the cursor the worker knows; the lease's read: the item locked (only the item), with its
+checkpoint and playbook version as the ORM would build them, and the database's clock."""
 
 import psycopg
 import pytest
@@ -9,7 +10,13 @@ from django.db import connection, transaction
 
 from ticketagent.llm.schemas import SCHEMA_VERSION
 from ticketagent.models import Checkpoint, Item, ItemStatus, Task, TaskStatus
-from ticketagent.pipeline.statements import checkpoint_move, lock_item, lock_task_and_item, lock_task_of_item
+from ticketagent.pipeline.statements import (
+    checkpoint_move,
+    item_for_lease,
+    lock_item,
+    lock_task_and_item,
+    lock_task_of_item,
+)
 from ticketagent.plan import PLAN_VERSION
 
 from ..factories import make_task
@@ -108,3 +115,33 @@ def test_the_checkpoint_moves_only_from_the_cursor_the_worker_knows(held):
         assert not checkpoint_move(held.pk, cursor_from=2, cursor_to=4, outputs={})  # it is at 3 now
     checkpoint.refresh_from_db()
     assert (checkpoint.cursor, checkpoint.step_outputs) == (3, outputs)
+
+
+def test_the_lease_reads_the_item_locked_with_its_checkpoint_version_and_the_databases_clock(held, django_assert_num_queries):
+    Item.objects.filter(pk=held.pk).update(metadata={"plan": "pro", "seats": [1, 2]})
+    expected = Item.objects.select_related("checkpoint", "playbook_version").get(pk=held.pk)
+    with transaction.atomic():
+        item, checkpoint, now = item_for_lease(held.pk)
+        assert locked_elsewhere(Item._meta.db_table, held.pk)
+        assert not locked_elsewhere(Task._meta.db_table, held.task_id)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            assert now <= cursor.fetchone()[0] and now.tzinfo is not None
+    fields = [f.attname for f in Item._meta.concrete_fields]
+    assert [getattr(item, f) for f in fields] == [getattr(expected, f) for f in fields]
+    assert item.metadata == {"plan": "pro", "seats": [1, 2]} and item.input_hash() == expected.input_hash()
+    assert (checkpoint.pk, checkpoint.cursor, checkpoint.step_outputs) == (
+        expected.checkpoint.pk, 2, {"triage": {"category": "billing"}})
+    assert checkpoint.item_id == item.pk and not item._state.adding and not checkpoint._state.adding
+    with django_assert_num_queries(0):  # read with the item
+        version = item.playbook_version
+    assert (version.pk, version.content, version.format) == (
+        expected.playbook_version.pk, expected.playbook_version.content, expected.playbook_version.format)
+    assert item_for_lease(held.pk + 1000) is None  # no such item
+
+
+def test_before_its_first_lease_an_item_has_no_checkpoint(held):
+    Checkpoint.objects.filter(item_id=held.pk).delete()
+    with transaction.atomic():
+        item, checkpoint, _ = item_for_lease(held.pk)
+    assert checkpoint is None and item.pk == held.pk

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from ledger.keys import canonical_json
@@ -41,7 +40,13 @@ from ticketagent.models import ACTIVE_TASK_STATUSES, Checkpoint, Event, EventTyp
 from ticketagent.pipeline.binding import lease_refusal, needs_binding, task_bind_locked
 from ticketagent.pipeline.budget import STOP, Bound, budget_reserve_locked, task_spend_locked
 from ticketagent.pipeline.lease import ItemRun, LeaseLost, item_take_over, worker_name
-from ticketagent.pipeline.statements import checkpoint_move, lock_item, lock_task_and_item, lock_task_of_item
+from ticketagent.pipeline.statements import (
+    checkpoint_move,
+    item_for_lease,
+    lock_item,
+    lock_task_and_item,
+    lock_task_of_item,
+)
 from ticketagent.plan import PLAN_VERSION, SUPPORTED_PLAN_VERSIONS, not_chosen, steps_ahead, steps_of
 from ticketagent.playbooks.spec import SUPPORTED_FORMATS
 from ticketagent.services.items import items_requeue
@@ -126,12 +131,11 @@ def _lease_acquire(item_id: int, attempt: int, token: str, served, why_unknown: 
         task = lock_task_of_item(item_id, hold=not write)
         if task is None:
             return "item does not exist", None, None
-        # the item (locked) and its checkpoint (read) in one statement
-        item = (Item.objects.select_for_update(no_key=True, of=("self",))
-                .select_related("checkpoint", "playbook_version").order_by()
-                .annotate(db_now=Now()).get(pk=item_id))
+        found = item_for_lease(item_id)  # the item (locked) and its checkpoint (read) in one statement
+        if found is None:
+            return "item does not exist", None, None
+        item, checkpoint, now = found
         item.task = task
-        now = item.db_now
         if task.status not in ACTIVE_TASK_STATUSES:
             return f"task is {task.status}", None, None
         if item.attempt != attempt:
@@ -149,7 +153,6 @@ def _lease_acquire(item_id: int, attempt: int, token: str, served, why_unknown: 
             raise TaskToWrite
         if needs_binding(task, served):
             task_bind_locked(task, served, actor=worker_name())
-        checkpoint = getattr(item, "checkpoint", None)
         if checkpoint is None:
             # Only the lease holder creates an item's checkpoint, under the
             # item lock: no race, so no get_or_create (and its savepoint).

@@ -1,4 +1,4 @@
-"""The lease's locks and the checkpoint's move: the statements of an item's phases, hand-written, one module.
+"""The lease's read, its locks and the checkpoint's move: the statements of an item's phases, hand-written, one module.
 
 Every phase of a running item locks it (`lock_item`, 5–7 an item, or with
 its task first, `lock_task_and_item`: a phase that writes the task -- an
@@ -19,10 +19,21 @@ through the ORM; only this module of the pipeline runs SQL (`make structure`).
 from django.db import connection
 from django.utils import timezone
 
-from ticketagent.models import Checkpoint, Item, ItemStatus, Task
+from ticketagent.models import Checkpoint, Item, ItemStatus, PlaybookVersion, Task
 
 _quote = connection.ops.quote_name
-_ITEM, _TASK, _CHECKPOINT = (_quote(m._meta.db_table) for m in (Item, Task, Checkpoint))
+_ITEM, _TASK, _CHECKPOINT, _VERSION = (_quote(m._meta.db_table) for m in (Item, Task, Checkpoint, PlaybookVersion))
+
+
+def _columns(model, alias: str) -> str:
+    return ", ".join(f"{alias}.{_quote(f.column)}" for f in model._meta.concrete_fields)
+
+
+# What a lease reads, in one statement: the item, locked (`OF` the item only), its checkpoint (none before its first
+# lease), its playbook version, and PostgreSQL's clock (as Django's `Now()`: the statement's time).
+_ITEM_FOR_LEASE = (f"SELECT {_columns(Item, 'i')}, {_columns(Checkpoint, 'c')}, {_columns(PlaybookVersion, 'v')}, "
+                   f"statement_timestamp() FROM {_ITEM} i LEFT JOIN {_CHECKPOINT} c ON c.item_id = i.id "
+                   f"JOIN {_VERSION} v ON v.id = i.playbook_version_id WHERE i.id = %s FOR NO KEY UPDATE OF i")
 
 # The item, locked if this lease still holds it (`OF` the item only: the task is read, not locked -- locking it here
 # would invert the lock order, the task before the item), and its task's status and run of failures.
@@ -75,3 +86,22 @@ def checkpoint_move(item_id: int, *, cursor_from: int, cursor_to: int, outputs: 
     with connection.cursor() as cursor:
         cursor.execute(_CHECKPOINT_MOVE, [cursor_to, value, timezone.now(), item_id, cursor_from])
         return cursor.rowcount == 1
+
+
+def item_for_lease(item_id: int):
+    """Inside a transaction: the item locked, with its playbook version, its checkpoint (None before its first
+    lease) and PostgreSQL's `now` -- (item, checkpoint, now), or None: no such item."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ITEM_FOR_LEASE, [item_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    models, start = [], 0
+    for model in (Item, Checkpoint, PlaybookVersion):
+        fields = model._meta.concrete_fields
+        values = [f.from_db_value(v, None, connection) if v is not None and hasattr(f, "from_db_value") else v
+                  for f, v in zip(fields, row[start:start + len(fields)], strict=True)]
+        models.append(model.from_db(connection.alias, [f.attname for f in fields], values))
+        start += len(fields)
+    item, checkpoint, item.playbook_version = models
+    return item, (checkpoint if checkpoint.pk is not None else None), row[-1]

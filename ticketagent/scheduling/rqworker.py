@@ -295,6 +295,7 @@ class Worker(Sweeps, SignOfLife, StopNoted, CommandChannelWatchdog, RQWorker):
     """rq's forking worker (WORKER_FORK=true) with a checked command channel."""
 
     kind = "forking"
+    log_result_lifespan = False  # rq's "result is kept for 3600 seconds", after every job, says nothing
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -328,6 +329,7 @@ class SimpleWorker(Sweeps, SignOfLife, StopNoted, CommandChannelWatchdog, RQSimp
 
     death_penalty_class = NoDeathPenalty
     kind = "in-process"
+    log_result_lifespan = False
 
     def work(self, burst: bool = False, **kwargs):
         self.threads = settings.WORKER_THREADS

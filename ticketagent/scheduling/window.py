@@ -34,7 +34,7 @@ WORKER_COUNT_SECONDS = 10.0
 
 # One statement: how many of the task's queued items already wait in Redis,
 # and the oldest of the others, up to the window, marked as sent (none while
-# the task is not active).
+# the task is not active), each with the helpdesk its task is bound to (its queue: `jobs.queue_name`).
 _REFILL = """
 WITH waiting AS (
     SELECT count(*) AS n FROM {item} WHERE task_id = %s AND status = %s AND enqueued_at IS NOT NULL
@@ -43,7 +43,8 @@ WITH waiting AS (
       AND EXISTS (SELECT 1 FROM {task} WHERE id = %s AND status = ANY(%s))
     ORDER BY id LIMIT GREATEST(%s - (SELECT n FROM waiting), 0) FOR NO KEY UPDATE SKIP LOCKED
 )
-UPDATE {item} SET enqueued_at = %s FROM picked WHERE {item}.id = picked.id RETURNING {item}.id, {item}.attempt"""
+UPDATE {item} SET enqueued_at = %s FROM picked WHERE {item}.id = picked.id
+RETURNING {item}.id, {item}.attempt, (SELECT helpdesk_id FROM {task} WHERE id = %s)"""
 
 
 def window_size() -> int:
@@ -85,14 +86,14 @@ def window_refill(task_id: int, *, size: int | None = None, front: bool = False)
     quote = connection.ops.quote_name
     sql = _REFILL.format(item=quote(Item._meta.db_table), task=quote(Task._meta.db_table))
     params = [task_id, ItemStatus.QUEUED, task_id, ItemStatus.QUEUED, task_id, list(ACTIVE_TASK_STATUSES), size,
-              timezone.now()]  # the app's clock, as the sweep's
+              timezone.now(), task_id]  # the app's clock, as the sweep's
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        refs = sorted(cursor.fetchall())
-    if refs:  # the jobs go out once the marks commit (at once outside a transaction), on the task's queue
-        queue = task_queue(task_id)
+        rows = sorted(cursor.fetchall())
+    if rows:  # the jobs go out once the marks commit (at once outside a transaction), on the task's queue
+        refs, queue = [(pk, attempt) for pk, attempt, _ in rows], jobs.queue_name(rows[0][2])
         transaction.on_commit(lambda: _send(refs, queue, front))
-    return len(refs)
+    return len(rows)
 
 
 def task_queue(task_id: int) -> str:
