@@ -155,8 +155,11 @@ def _lease_acquire(item_id: int, attempt: int, token: str, served, why_unknown: 
             task_bind_locked(task, served, actor=worker_name())
         if checkpoint is None:
             # Only the lease holder creates an item's checkpoint, under the
-            # item lock: no race, so no get_or_create (and its savepoint).
-            checkpoint = Checkpoint.objects.create(item=item, task=task, plan_version=PLAN_VERSION,
+            # item lock: no race, so no get_or_create (and its savepoint). By
+            # ids: `item=item` would cache each in the other (a reference cycle
+            # that holds the item's rows, its playbook's among them, until the
+            # interpreter's rare full collection).
+            checkpoint = Checkpoint.objects.create(item_id=item.pk, task_id=task.pk, plan_version=PLAN_VERSION,
                                                    playbook_version_id=item.playbook_version_id,
                                                    schema_version=SCHEMA_VERSION, input_hash=item.input_hash())
         if _needs_migration(task, item, checkpoint, write=write):
