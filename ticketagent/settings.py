@@ -421,13 +421,22 @@ METRICS_TOKEN = envstr("METRICS_TOKEN")
 # an hour means it needs a person.
 UNKNOWN_AGE_WARN_SECONDS = 900
 
+LOG_LEVEL = envstr("LOG_LEVEL", "INFO")
+_CHATTY = "DEBUG" if LOG_LEVEL.upper() == "DEBUG" else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     # every handler carries the redaction filter (a test checks): secrets never reach a log
-    "filters": {"redact_secrets": {"()": "ticketagent.web.middleware.RedactSecretsFilter"}},
+    "filters": {"redact_secrets": {"()": "ticketagent.web.middleware.RedactSecretsFilter"},
+                "rq_job_ok_once": {"()": "ticketagent.scheduling.joblog.JobOkOnce"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]}},
-    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # httpx's line for every model call (3 an item) only when chasing a problem: the event log has each call
+        "httpx": {"level": _CHATTY}, "httpx2": {"level": _CHATTY},
+        # a job's start and end, a line each (ticketagent/scheduling/joblog.py)
+        "rq.worker": {"filters": ["rq_job_ok_once"]},
+    },
 }

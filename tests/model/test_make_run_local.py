@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
 
 from ops import model
@@ -65,7 +66,8 @@ def test_make_run_serves_the_local_model_and_ctrl_c_stops_it(tmp_path):
                                 env={**env, **dict(kv.split("=", 1) for kv in urls.groups())},
                                 capture_output=True, text=True, timeout=120)
         assert upload.returncode == 0, upload.stderr[-2000:]
-        wait_for(lambda: "/v1/chat/completions" in out.read_text(), timeout=120, message="the model's first answer")
+        database_url = urls.group(1).split("=", 1)[1]
+        wait_for(lambda: _model_answered(database_url), timeout=120, message="the model's first answer")
     finally:
         os.killpg(run.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group, the model too
         code = run.wait(timeout=60)
@@ -75,6 +77,13 @@ def test_make_run_serves_the_local_model_and_ctrl_c_stops_it(tmp_path):
     assert "handed back" in tail and "the worker is stopping" in tail, tail[-3000:]
     assert "nothing killed; nothing left running" in tail, tail[-3000:]
     assert not servers[0].is_running() or servers[0].status() == psutil.STATUS_ZOMBIE
+
+
+def _model_answered(database_url: str) -> bool:
+    """Whether a step the model answered is in the event log (a worker logs no line a model call)."""
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT EXISTS (SELECT 1 FROM ticketagent_event WHERE type = 'STEP_DONE' "
+                            "AND payload ? 'usage')").fetchone()[0]
 
 
 def _answers(url: str) -> bool:

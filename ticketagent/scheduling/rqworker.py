@@ -15,7 +15,7 @@ rq's hooks: everything here overrides rq's public worker methods
 (`subscribe`, `unsubscribe`, `handle_payload`, `register_birth`,
 `register_death`, `handle_warm_shutdown_request`, `work`, `heartbeat`,
 `set_state`, `dequeue_job_and_maintain_ttl`, `execute_job`, `teardown`,
-`request_force_stop`) and calls `perform_job` and `prepare_execution` as rq
+`request_force_stop`, `handle_execution_ended`) and calls `perform_job` and `prepare_execution` as rq
 does, but for one private method: `SimpleWorker._shutdown`. rq offers no
 hook for a stop to take effect at once while jobs still run: its
 `_shutdown` waits for a busy worker's job, and the in-process worker's main
@@ -440,7 +440,7 @@ class SimpleWorker(Sweeps, SignOfLife, StopNoted, CommandChannelWatchdog, RQSimp
         if self._stop_requested:
             return None
         try:
-            if is_suspended(self.connection, self):
+            if self._suspended():
                 return None
             taken = self.queue_class.dequeue_any(self._ordered_queues, None, connection=self.connection,
                                                  job_class=self.job_class, serializer=self.serializer,
@@ -453,6 +453,21 @@ class SimpleWorker(Sweeps, SignOfLife, StopNoted, CommandChannelWatchdog, RQSimp
             job.redis_server_version = self.get_redis_server_version()
             self.log.info("Worker %s: %s: %s", self.name, queue.name, job.id)
         return taken
+
+    SUSPENSION_CHECK_SECONDS = 1.0
+
+    def _suspended(self) -> bool:
+        """Whether rq's workers are suspended (`rq suspend`), asked of Redis at most once a second: a round trip
+        every item otherwise, where a suspension takes effect within a second all the same."""
+        checked = getattr(self, "_suspension", None)
+        if checked is None or time.monotonic() - checked[0] >= self.SUSPENSION_CHECK_SECONDS:
+            checked = self._suspension = (time.monotonic(), bool(is_suspended(self.connection, self)))
+        return checked[1]
+
+    def handle_execution_ended(self, job, queue, heartbeat_ttl):
+        """rq also heartbeats the job here (a round trip), to give its success callback time: ours have none, and
+        the job leaves the started registry in the next round trip."""
+        job.ended_at = now()
 
     def _shutdown(self):
         """A stop takes effect at once in the main thread, busy threads or not: no job more is taken (noted,
