@@ -123,3 +123,12 @@ def b_waits_for_a_lock(pid) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", [pid])
         return cursor.fetchone()[0] > 0
+
+
+def test_an_item_the_model_api_refuses_says_why_in_the_worker_log(caplog):
+    """A worker logs no line a model call (`LOG_LEVEL=INFO`): a refused request is still a line of its own."""
+    task = make_task(1)
+    with caplog.at_level("WARNING", logger="ticketagent.pipeline.run"):
+        assert run(task.items.get(), RefusingModel()) == "failed at triage: bad_request"
+    assert any(r.levelname == "WARNING" and "failed at triage: the model API rejected the request (HTTP 400)"
+               in r.getMessage() for r in caplog.records), caplog.text

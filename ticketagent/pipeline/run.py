@@ -94,6 +94,7 @@ def _run_steps(run: ItemRun, model, *, spec, version_id: int) -> str:
                     item_hand_back(run, why=f"{step.name}: {exc.message}")
                     return f"handed back at {step.name}: {exc.message}"
                 phase_fail(run, kind=exc.kind, message=f"{step.name}: {exc.message}")
+                log.warning("item %s failed at %s: %s", run.item.pk, step.name, exc.message)
                 return f"failed at {step.name}: {exc.kind}"
             # after the decision: the unchosen steps up to the next that runs commit with this step
             outputs = {**run.outputs, step.name: output}
