@@ -15,8 +15,8 @@ rq's hooks: everything here overrides rq's public worker methods
 (`subscribe`, `unsubscribe`, `handle_payload`, `register_birth`,
 `register_death`, `handle_warm_shutdown_request`, `work`, `heartbeat`,
 `set_state`, `dequeue_job_and_maintain_ttl`, `execute_job`, `teardown`,
-`request_force_stop`, `handle_execution_ended`) and calls `perform_job` and `prepare_execution` as rq
-does, but for one private method: `SimpleWorker._shutdown`. rq offers no
+`request_force_stop`, `handle_execution_ended`) and calls `perform_job` and
+`prepare_execution` as rq does, but for one private method: `SimpleWorker._shutdown`. rq offers no
 hook for a stop to take effect at once while jobs still run: its
 `_shutdown` waits for a busy worker's job, and the in-process worker's main
 thread is not the one running them (it would go on waiting for the next
