@@ -39,3 +39,15 @@ def test_ci_checks_the_runtime_set_in_a_venv_of_its_own_before_the_suite():
     runtime = ci.index("check_runtime.py --import-all")
     assert ci.index("-r requirements.txt") < runtime < ci.index("make test"), "runtime-only venv first"
     assert "requirements-dev.txt" not in ci[:runtime], "nothing of the dev set before the runtime check"
+
+
+def test_redis_replies_are_parsed_by_hiredis():
+    """requirements.txt names hiredis so that redis-py parses replies in C (every item makes ~15 Redis round
+    trips: the queue, the governors' scripts, the window); docs/benchmarks.md, figure 29."""
+    import redis
+    from redis._parsers import _HiredisParser
+    from redis.connection import DefaultParser
+
+    assert DefaultParser is _HiredisParser, "redis-py found no hiredis >= 3.2: pip install -r requirements.txt"
+    connection = redis.Redis.from_url("redis://127.0.0.1:6379/0").connection_pool.make_connection()
+    assert isinstance(connection._parser, _HiredisParser), type(connection._parser)
