@@ -6,6 +6,10 @@ a call in flight fails at once as a dropped connection (and one that opens
 a connection after the cut, at once as a refused one), and the governor,
 seeing the process stopping, ends the item's turn: the item is handed back
 and its next attempt makes the call again (a model call is no effect).
+An https endpoint's connections are cut too: the TLS stream, not the plain
+one it replaced, is the one remembered.
+
+Its reads ask for 16 KiB at a time, not httpcore's 64 KiB (`_Stream`).
 """
 
 import socket
@@ -16,8 +20,38 @@ import httpcore2
 import httpx2
 
 
+READ_BYTES = 16 * 1024  # what one read of a model's answer asks the socket for (httpcore asks for 64 KiB)
+
+
+class _Stream(httpcore2.NetworkStream):
+    """httpcore's stream, its reads asking for at most READ_BYTES. A read blocked on the model's answer holds
+    its whole buffer for the seconds the model takes, and the few KiB that come leave the rest as a hole in the
+    C heap: at 100 calls in flight, 64 KiB reads cost a worker ~20 MB of RSS (docs/benchmarks.md, figure 29).
+    A model's answer still comes in a read or two."""
+
+    def __init__(self, stream: httpcore2.NetworkStream, backend: "_RecordingBackend"):
+        self._stream = stream
+        self._backend = backend
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(min(max_bytes, READ_BYTES), timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> "_Stream":
+        # The TLS stream is a new one on a new socket (the plain one is dropped): it is the one to cut.
+        return self._backend.record(self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str):
+        return self._stream.get_extra_info(info)
+
+
 class _RecordingBackend(httpcore2.SyncBackend):
-    """httpcore's own network backend, remembering the streams it opened."""
+    """httpcore's own network backend, remembering the streams it opened (a TLS stream too)."""
 
     def __init__(self):
         super().__init__()
@@ -26,11 +60,14 @@ class _RecordingBackend(httpcore2.SyncBackend):
         self.cut = False
 
     def connect_tcp(self, *args, **kwargs):
-        stream = super().connect_tcp(*args, **kwargs)
+        return self.record(super().connect_tcp(*args, **kwargs))
+
+    def record(self, stream: httpcore2.NetworkStream) -> _Stream:
         with self.lock:
             if not self.cut:
-                self.streams.add(stream)
-                return stream
+                wrapped = _Stream(stream, self)
+                self.streams.add(wrapped)
+                return wrapped
         # Cut meanwhile: a call that passed its last look at the stop just before it would otherwise wait on a
         # model server that is going away with the same Ctrl-C (it may accept and never answer).
         stream.close()
