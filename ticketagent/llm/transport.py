@@ -19,7 +19,6 @@ import weakref
 import httpcore2
 import httpx2
 
-
 READ_BYTES = 16 * 1024  # what one read of a model's answer asks the socket for (httpcore asks for 64 KiB)
 
 
