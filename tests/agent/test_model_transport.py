@@ -1,6 +1,7 @@
 """The model client's transport cut by a stopping worker (ticketagent/llm/transport.py), against a real TCP server
 that accepts connections and never answers: a model server going away with the same Ctrl-C."""
 
+import contextlib
 import gc
 import shutil
 import socket
@@ -18,8 +19,8 @@ from ..conftest import skip_or_fail
 READ_TIMEOUT = 5.0  # what a call without the cut would wait for; the checks below never need it
 
 
-@pytest.fixture
-def silent_server():
+@contextlib.contextmanager
+def _silent(scheme: str = "http", wrap=lambda conn: conn):
     """A listening socket that accepts every connection, reads its request and never answers. A connection is
     listed once its request has arrived: by then the client has surely opened it (listed at accept, a loaded
     machine could cut before the client's transport had recorded the connection it had just opened)."""
@@ -32,30 +33,38 @@ def silent_server():
             try:
                 conn = server.accept()[0]
                 conn.settimeout(30)
+                conn = wrap(conn)
                 if conn.recv(65536):  # the request's first bytes
                     accepted.append(conn)
-            except TimeoutError:
+            except (TimeoutError, ssl.SSLError):
                 continue
             except OSError:
                 return
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}", accepted
-    stop.set()
-    thread.join(timeout=5)
-    for conn in accepted:
-        conn.close()
-    server.close()
+    try:
+        yield f"{scheme}://127.0.0.1:{server.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in accepted:
+            conn.close()
+        server.close()
+
+
+@pytest.fixture
+def silent_server():
+    with _silent() as (url, accepted):
+        yield url, accepted
 
 
 def _client(transport):
     return httpx2.Client(transport=transport, timeout=httpx2.Timeout(READ_TIMEOUT, connect=2.0))
 
 
-def test_a_call_in_flight_fails_as_a_dropped_connection_when_cut(silent_server):
-    url, accepted = silent_server
-    transport = CuttableTransport()
+def _cut_while_in_flight(transport: CuttableTransport, url: str, accepted: list) -> None:
+    """A call waits for the server's answer; the cut finds its one connection and the call fails at once."""
     outcome = []
 
     def call():
@@ -71,10 +80,16 @@ def test_a_call_in_flight_fails_as_a_dropped_connection_when_cut(silent_server):
             break
         threading.Event().wait(0.05)
     assert accepted, "the call reached the server"
+    gc.collect()  # a stream the connection dropped (TLS replaces the plain one) is gone for good
     assert transport.cut() == 1
     thread.join(timeout=READ_TIMEOUT + 5)
     [error] = outcome
     assert not isinstance(error, httpx2.TimeoutException), f"it waited for the read timeout: {error!r}"
+
+
+def test_a_call_in_flight_fails_as_a_dropped_connection_when_cut(silent_server):
+    url, accepted = silent_server
+    _cut_while_in_flight(CuttableTransport(), url, accepted)
 
 
 def test_a_call_that_opens_a_connection_after_the_cut_is_refused_at_once(silent_server):
@@ -99,60 +114,16 @@ def silent_tls_server(tmp_path):
                    check=True, capture_output=True, timeout=60)
     server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_context.load_cert_chain(cert, key)
-    server = socket.create_server(("127.0.0.1", 0))
-    accepted, stop = [], threading.Event()
-
-    def accept():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn = server.accept()[0]
-                conn.settimeout(30)
-                tls = server_context.wrap_socket(conn, server_side=True)
-                if tls.recv(65536):
-                    accepted.append(tls)
-            except TimeoutError:
-                continue
-            except ssl.SSLError:
-                continue
-            except OSError:
-                return
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"https://127.0.0.1:{server.getsockname()[1]}", accepted, ssl.create_default_context(cafile=str(cert))
-    stop.set()
-    thread.join(timeout=5)
-    for conn in accepted:
-        conn.close()
-    server.close()
+    trust = ssl.create_default_context(cafile=str(cert))
+    with _silent("https", lambda conn: server_context.wrap_socket(conn, server_side=True)) as (url, accepted):
+        yield url, accepted, trust
 
 
 def test_an_https_call_in_flight_is_cut_too(silent_tls_server):
     """httpcore drops the plain stream once TLS is up: remembering only that one, the cut found no connection
     and a stopping worker waited for the read timeout of every call to an https model API."""
     url, accepted, trust = silent_tls_server
-    transport = CuttableTransport(verify=trust)
-    outcome = []
-
-    def call():
-        try:
-            _client(transport).post(f"{url}/v1/chat/completions", json={})
-        except httpx2.HTTPError as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=call)
-    thread.start()
-    for _ in range(600):
-        if accepted:
-            break
-        threading.Event().wait(0.05)
-    assert accepted, "the call reached the server"
-    gc.collect()  # the plain stream TLS replaced is gone for good
-    assert transport.cut() == 1
-    thread.join(timeout=READ_TIMEOUT + 5)
-    [error] = outcome
-    assert not isinstance(error, httpx2.TimeoutException), f"it waited for the read timeout: {error!r}"
+    _cut_while_in_flight(CuttableTransport(verify=trust), url, accepted)
 
 
 def test_reads_ask_for_at_most_read_bytes_and_a_long_answer_still_arrives_whole(monkeypatch):
